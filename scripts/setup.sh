@@ -67,7 +67,7 @@ fi
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest' 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q 'torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3'
+    "$venv/bin/pip" install -q 'torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy
 fi
 "$venv/bin/pip" install -q --no-deps -e "$here"
 echo "setup: ok (venv $venv, $(apptainer --version), $(sinfo --version))"

@@ -1,0 +1,61 @@
+"""torchrun_jsc: a drop-in ``torchrun`` that rendezvouses when hostname != endpoint name.
+
+Flow: torch's own parser (every flag, alias and PET_* variable) -> ``decide.Request`` +
+``netinfo.probe`` -> ``decide.decide`` (pure) -> ``decide.apply`` on a copy of the parsed
+namespace -> torch's own ``torch.distributed.run.run``. torch is imported lazily, in
+``main`` only. See decide.py for why (pytorch/pytorch#73656).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import List, Optional, Tuple
+
+from .decide import Decision, LaunchError, NetFacts, Request, apply, decide, describe, parse_endpoint
+
+__all__ = ["main"]
+
+
+def torch_version(text: str) -> Tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _decide(args, version: Tuple[int, int]) -> Decision:
+    req = Request(
+        rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint or "",
+        rdzv_conf=args.rdzv_conf or "", local_addr=getattr(args, "local_addr", None),
+        standalone=bool(args.standalone), env=dict(os.environ), torch_version=version)
+    first = decide(req, NetFacts())
+    if not first.patch:
+        return first
+    from .netinfo import probe  # network probing only when there is an endpoint to patch for
+
+    return decide(req, probe(parse_endpoint(req.rdzv_endpoint)))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        import torch
+        from torch.distributed import run as torch_run
+    except ImportError as e:
+        print(f"torchrun_jsc: cannot import torch ({e}); install torch >= 1.9", file=sys.stderr)
+        return 2
+    version = torch_version(torch.__version__)
+    args = torch_run.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        d = _decide(args, version)
+    except LaunchError as e:
+        print(f"torchrun_jsc: error: {e}", file=sys.stderr)
+        return 2
+    print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
+    for name, value in d.worker_env:
+        os.environ[name] = value
+    if d.patch and d.old_torch_fallback:
+        from . import compat
+
+        compat.install(d.local_addr, d.is_host)
+    torch_run.run(apply(args, d))
+    return 0
