@@ -1,0 +1,124 @@
+"""Ring 3: real torch 2.13 processes over real sockets, two nodes in namespaces (root).
+
+The network is JSC-like (tests/jscnet.py): hostname tjsc0001 is not reachable from the
+other node, tjsc0001i is. Plain torchrun must fail here (the bug is reproduced), and
+torchrun_jsc must pass with and without Slurm variables. Control: when the hostname itself
+is on the shared segment, both pass.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from tests import jscnet
+
+pytestmark = pytest.mark.ring3
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PROGRAM = str(ROOT / "tests" / "programs" / "collectives_check.py")
+NODE_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    net = jscnet.up(str(tmp_path_factory.mktemp("jscnet")))
+    yield net
+    jscnet.down()
+
+
+def launch(net: jscnet.JscNet, launcher: List[str], endpoint: str, hosts: str,
+           env_per_node: Optional[Dict[str, Dict[str, str]]] = None,
+           extra: Tuple[str, ...] = ()) -> List[Tuple[int, str]]:
+    """Start the launcher on both nodes at once; return (rc, output) per node."""
+    procs = []
+    for node in jscnet.NODES:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHRUN_JSC_",
+                                                                         "GLOO_", "NCCL_"))}
+        env.update((env_per_node or {}).get(node, {}))
+        argv = [*launcher, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                f"--rdzv_endpoint={endpoint}", "--rdzv_id=test", "--max_restarts=0", *extra,
+                PROGRAM]
+        procs.append(subprocess.Popen(net.command(node, argv, hosts), env=env, cwd=ROOT,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = []
+    deadline = time.monotonic() + NODE_TIMEOUT_S
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n<killed: node timeout>"
+        results.append((p.returncode, out))
+    return results
+
+
+TORCHRUN_JSC = [str(BIN / "python"), "-m", "launcher.torchrun_jsc"]
+TORCHRUN = [str(BIN / "torchrun")]
+SLURM = {n: {"SLURM_NODEID": str(i), "SLURM_JOB_ID": "42"} for i, n in enumerate(jscnet.NODES)}
+
+
+def assert_all_ok(results):
+    for rc, out in results:
+        assert rc == 0, out[-3000:]
+        assert out.count("COLLECTIVES_OK") == 2, out[-3000:]
+        assert "world=4 sum=10 gather=[0, 1, 2, 3]" in out
+
+
+def test_plain_torchrun_fails_on_jsc_network(net):
+    # A short read_timeout keeps the failure fast (default: two 60 s store connects).
+    results = launch(net, TORCHRUN, "tjsc0001i:29611", net.hosts_jsc,
+                     extra=("--rdzv_conf=read_timeout=5,join_timeout=20",))
+    assert all(rc != 0 for rc, _ in results), results
+    assert not any("COLLECTIVES_OK" in out for _, out in results)
+
+
+def test_torchrun_jsc_passes_with_slurm_nodeid(net):
+    results = launch(net, TORCHRUN_JSC, "tjsc0001i:29612", net.hosts_jsc, SLURM)
+    assert_all_ok(results)
+    host_out, peer_out = results[0][1], results[1][1]
+    assert "is_host=True (network" in host_out and "is_host=False (network" in peer_out
+    assert "local_addr=10.77.1.2" in peer_out
+    assert "gloo_ifname=tjsc0002i" in peer_out
+
+
+def test_torchrun_jsc_passes_without_slurm(net):
+    assert_all_ok(launch(net, TORCHRUN_JSC, "tjsc0001i:29613", net.hosts_jsc))
+
+
+def test_endpoint_on_second_node(net):
+    """The store host need not be node rank 0, and SLURM_NODEID may point elsewhere."""
+    results = launch(net, TORCHRUN_JSC, "tjsc0002i:29614", net.hosts_jsc, SLURM)
+    assert_all_ok(results)
+    assert "network wins" in results[0][1] and "is_host=True" in results[1][1]
+
+
+@pytest.mark.parametrize("launcher", [TORCHRUN, TORCHRUN_JSC], ids=["torchrun", "torchrun_jsc"])
+def test_control_hostname_endpoint_on_shared_segment(net, launcher):
+    assert_all_ok(launch(net, launcher, "tjsc0001:29615", net.hosts_shared))
+
+
+@pytest.mark.parametrize("endpoint,msg", [
+    ("nosuchhost.invalid:29400", "does not resolve"),
+    ("tjsc0001i:70000", "bad port '70000'"),
+])
+def test_bad_endpoint_fails_fast_with_one_line(net, endpoint, msg):
+    argv = [*TORCHRUN_JSC, "--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",
+            PROGRAM]
+    start = time.monotonic()
+    p = subprocess.run(net.command("tjsc0002", argv, net.hosts_jsc), cwd=ROOT, timeout=30,
+                       capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    assert p.returncode == 2
+    errors = [line for line in p.stderr.splitlines() if line.startswith("torchrun_jsc:")]
+    assert len(errors) == 1 and msg in errors[0] and endpoint.split(":")[0] in errors[0]
+    assert "Traceback" not in p.stderr
+    print(f"failed in {elapsed:.2f} s")
