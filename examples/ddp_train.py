@@ -1,0 +1,174 @@
+"""A small, real DDP training program: the workload of every example job and end-to-end test.
+
+Started once per process by torchrun / torchrun_jsc (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT in the env), or as one srun task per GPU (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID;
+the jobscript exports MASTER_ADDR/MASTER_PORT). Backend nccl with CUDA, gloo without.
+
+Synthetic regression data, generated deterministically (no downloads), split with a
+DistributedSampler; learning rate scaled by the world size. Rank 0 writes a checkpoint every
+--checkpoint-every steps (tmp file + os.replace, so a crash never leaves half a file) and a
+restarted job resumes from it. Rank 0 ends with exactly one line
+
+    DDP_SUMMARY {"world_size": ..., "steps": ..., "loss_first": ..., "loss_last": ...,
+                 "params_identical": ..., "resumed_from_step": ..., ...}
+
+--crash-rank R --crash-step S make rank R die (os._exit(3)) at step S, for failure tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=40, help="total optimizer steps (default 40)")
+    p.add_argument("--batch-size", type=int, default=32, help="per-process batch size")
+    p.add_argument("--lr", type=float, default=0.02, help="base learning rate, times world size")
+    p.add_argument("--checkpoint-dir", default=None, help="write/resume checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
+    p.add_argument("--crash-rank", type=int, default=None, help="this rank exits 3 ...")
+    p.add_argument("--crash-step", type=int, default=None, help="... at this step")
+    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, seconds")
+    args = p.parse_args(argv)
+    if (args.crash_rank is None) != (args.crash_step is None):
+        p.error("--crash-rank and --crash-step go together")
+    return args
+
+
+def read_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's env, else from srun's."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0"))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+        return rank, world, int(env.get("SLURM_LOCALID", "0"))
+    raise SystemExit("ddp_train.py: no RANK/WORLD_SIZE (torchrun) or SLURM_PROCID/SLURM_NTASKS "
+                     "(srun) in the environment; start it with torchrun_jsc or srun")
+
+
+def make_dataset(n: int = 4096, dim: int = 16) -> TensorDataset:
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(n, dim, generator=g)
+    w = torch.randn(dim, 1, generator=g)
+    y = torch.tanh(x @ w) + 0.05 * torch.randn(n, 1, generator=g)
+    return TensorDataset(x, y)
+
+
+def make_model(dim: int = 16) -> nn.Module:
+    torch.manual_seed(0)  # same init everywhere (DDP broadcasts rank 0's anyway)
+    return nn.Sequential(nn.Linear(dim, 64), nn.Tanh(), nn.Linear(64, 1))
+
+
+def save_checkpoint(path: str, step: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # atomic: readers see the old or the new checkpoint, never half
+
+
+def load_checkpoint(path: str, model: nn.Module, opt: torch.optim.Optimizer) -> int:
+    if not os.path.exists(path):
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return int(state["step"])
+
+
+def params_identical(model: nn.Module, world: int) -> bool:
+    """all_gather the flattened parameters (a few thousand floats) and compare exactly."""
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    return all(torch.equal(gathered[0], t) for t in gathered[1:])
+
+
+def train(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+    data = make_dataset()
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=7)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    model = make_model().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr * world, momentum=0.9)
+    ckpt = os.path.join(args.checkpoint_dir, CHECKPOINT_NAME) if args.checkpoint_dir else None
+    start = load_checkpoint(ckpt, model, opt) if ckpt else 0
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    loss_fn = nn.MSELoss()
+    losses: list[float] = []
+    step, epoch = start, 0
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if step >= args.steps:
+                break
+            if rank == args.crash_rank and step == args.crash_step:
+                print(f"rank {rank}: crashing on purpose at step {step}", flush=True)
+                os._exit(3)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(x.to(device)), y.to(device))
+            loss.backward()
+            opt.step()
+            step += 1
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            losses.append(mean.item() / world)
+            if rank == 0 and (step % args.checkpoint_every == 0 or step == args.steps):
+                print(f"step {step} loss {losses[-1]:.6f}", flush=True)
+                if ckpt:
+                    save_checkpoint(ckpt, step, model, opt)
+        epoch += 1
+    hosts: list[Any] = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    return {
+        "world_size": world,
+        "steps": step,
+        "steps_run": step - start,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "params_identical": params_identical(model, world),
+        "resumed_from_step": start,
+        "backend": dist.get_backend(),
+        "hosts": sorted(set(hosts)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, world, local_rank = read_env()
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if args.checkpoint_dir and rank == 0:
+        os.makedirs(args.checkpoint_dir, exist_ok=True)
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    summary = train(args, rank, world, device)
+    if rank == 0:
+        print("DDP_SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
