@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from .decide import Decision, LaunchError, NetFacts, Request, apply, decide, describe, parse_endpoint
 
@@ -23,11 +23,16 @@ def torch_version(text: str) -> Tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def _decide(args, version: Tuple[int, int]) -> Decision:
-    req = Request(
+def request_from_args(args, env: Mapping[str, str], version: Tuple[int, int]) -> Request:
+    """The decision's input from torch's parsed namespace (CLI and PET_* already merged)."""
+    return Request(
         rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint or "",
         rdzv_conf=args.rdzv_conf or "", local_addr=getattr(args, "local_addr", None),
-        standalone=bool(args.standalone), env=dict(os.environ), torch_version=version)
+        standalone=bool(args.standalone), env=dict(env), torch_version=version)
+
+
+def _decide(args, version: Tuple[int, int]) -> Decision:
+    req = request_from_args(args, os.environ, version)
     first = decide(req, NetFacts())
     if not first.patch:
         return first
