@@ -16,3 +16,53 @@ test-fast:
 
 test: setup
 	$(PY) -m pytest -ra tests
+
+# --- Images (containers/, scripts/build-image.sh, docs/containers.md) ---------------------
+# BASE=local (default, CI): Debian bookworm via debootstrap + the on-disk torch wheel.
+# BASE=docker: pinned official PyTorch CUDA image (DOCKER_FROM=... to change it).
+# The base is cached in build/base-$(BASE).sif; image.sif is a thin launcher layer on it.
+BASE ?= local
+TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+export TORCH_WHEEL
+BUILD_IMAGE := bash scripts/build-image.sh
+LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
+
+.PHONY: base-image FORCE
+FORCE:
+
+build/base-local.sif: containers/base-local.def $(TORCH_WHEEL)
+	$(BUILD_IMAGE) base local
+build/base-docker.sif: containers/base-docker.def
+	$(BUILD_IMAGE) base docker
+base-image: build/base-$(BASE).sif
+
+# Rewritten only when BASE or the recorded commit changes, so that labels stay true.
+build/image.vars: FORCE
+	@mkdir -p build
+	@printf '%s\n' "BASE=$(BASE)" "COMMIT=$$($(BUILD_IMAGE) commit)" >$@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
+build/horovod.vars: FORCE
+	@mkdir -p build
+	@echo "BASE=$(BASE)" >$@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
+
+image.sif: build/base-$(BASE).sif containers/pytorch.def containers/files/allreduce_check.py \
+           $(LAUNCHER_SRC) build/image.vars
+	$(BUILD_IMAGE) image $(BASE)
+image: image.sif
+
+horovod.sif: build/base-$(BASE).sif containers/horovod.def containers/files/horovod_check.py \
+             build/horovod.vars
+	$(BUILD_IMAGE) horovod $(BASE)
+horovod-image: horovod.sif
+
+image.sqsh: image.sif
+	$(BUILD_IMAGE) enroot image.sif image.sqsh
+enroot-image: image.sqsh
+
+# --- Jobscripts (launcher composer, docs/spec.md) ----------------------------------------
+# Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).
+jobs:
+	@set -e; for spec in jobs/*.yaml; do \
+	    $(PY) -m launcher render "$$spec" -o "$${spec%.yaml}.job"; echo "rendered $${spec%.yaml}.job"; \
+	done

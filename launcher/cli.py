@@ -1,0 +1,111 @@
+"""Command line edge of the composer: ``python -m launcher render|check|preview|submit``.
+
+Where it sits: the only place that turns typed exceptions into one stderr line and an
+exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
+traceback instead. Nothing is written unless the whole script rendered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import PurePosixPath
+from typing import Mapping, Optional, Sequence
+
+from launcher import __version__
+from launcher.jobscript import render_jobscript
+from launcher.plans import render_preview
+from launcher.spec import JobSpec, SpecError, load_spec
+from launcher.submit import SubmitError, image_labels, sbatch, write_script
+
+
+def _parser() -> argparse.ArgumentParser:
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser = argparse.ArgumentParser(
+        prog="python -m launcher", parents=[debug],
+        description="Compose Slurm jobscripts from a YAML spec (see docs/spec.md).")
+    parser.add_argument("--version", action="version", version=f"launcher {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    render = sub.add_parser("render", parents=[debug], help="print or write the jobscript")
+    render.add_argument("spec")
+    render.add_argument("-o", "--output", help="write here instead of stdout")
+    check = sub.add_parser("check", parents=[debug], help="validate the spec only")
+    check.add_argument("spec")
+    check.add_argument("--image", action="store_true",
+                       help="also read the image's labels (spython) to confirm torchrun_jsc")
+    preview = sub.add_parser("preview", parents=[debug], help="what each node would run")
+    preview.add_argument("spec")
+    preview.add_argument("--nodelist", required=True, help="e.g. 'jwb[0001-0004]'")
+    preview.add_argument("--job-id", type=int, default=12345)
+    submit = sub.add_parser("submit", parents=[debug],
+                            help="render to SPEC's .job file and run sbatch --parsable")
+    submit.add_argument("spec")
+    submit.add_argument("-o", "--output", help="script path (default: the spec with .job)")
+    submit.add_argument("sbatch_args", nargs=argparse.REMAINDER,
+                        help="after --: extra sbatch options, e.g. -- -A myproject")
+    return parser
+
+
+def launcher_label(labels: Mapping[str, str]) -> Optional[str]:
+    """The label that shows the image carries torchrun_jsc, or None."""
+    for key, value in sorted(labels.items()):
+        if "torchrun" in key.lower() or "launcher" in key.lower() or "torchrun_jsc" in value:
+            return f"{key}={value}"
+    return None
+
+
+def _check_image(spec: JobSpec) -> str:
+    image = spec.runtime.image
+    if spec.runtime.kind != "apptainer" or image is None:
+        raise SpecError(spec.source, "runtime.kind", "check --image reads Apptainer images "
+                        "only", spec.runtime.kind)
+    found = launcher_label(image_labels(image))
+    if found is None:
+        raise SubmitError(f"{image}: no label names torchrun_jsc or the launcher; rebuild "
+                          "with `make image`")
+    return found
+
+
+def _run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    if args.command == "check":
+        text = render_jobscript(spec)  # rendering can reject combinations, so check renders
+        found = f", image label {_check_image(spec)}" if args.image else ""
+        print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {spec.job.nodes} "
+              f"nodes, {len(text.splitlines())} lines{found})")
+    elif args.command == "render":
+        text = render_jobscript(spec)
+        if args.output:
+            write_script(text, args.output)
+        else:
+            sys.stdout.write(text)
+    elif args.command == "preview":
+        try:
+            sys.stdout.write(render_preview(spec, args.nodelist, args.job_id, os.getcwd()))
+        except ValueError as exc:
+            raise SpecError(args.spec, "--nodelist", str(exc)) from None
+    else:
+        text = render_jobscript(spec)
+        script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
+        write_script(text, script)
+        extra = args.sbatch_args[1:] if args.sbatch_args[:1] == ["--"] else args.sbatch_args
+        print(sbatch(script, extra))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (SpecError, SubmitError) as exc:
+        if args.debug:
+            raise
+        print(str(exc), file=sys.stderr)
+        return 2 if isinstance(exc, SpecError) else 1
+    except OSError as exc:  # stdout closed, unreadable cwd, ...
+        if args.debug:
+            raise
+        print(f"launcher: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,197 @@
+"""Launch plans: geometry and the one launch command for each launch mode.
+
+Where it sits: spec -> runtimes + **plans** -> jobscript text. A plan is data: which
+job-global variables the script computes at batch scope, the per-node setup command, and
+the launch argv (tokens, see launcher.shell). Per-task values (SLURM_PROCID, ...) are only
+ever read inside the task, through a constant ``bash -c`` script whose arguments are the
+real argv, never at batch scope.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Tuple
+
+from launcher.runtimes import ContainerRuntime, runtime_for
+from launcher.shell import Token, Var, resolve, word
+from launcher.spec import JobSpec, SpecError
+
+NNODES = Var("nnodes")
+NTASKS = Var("ntasks")
+RDZV_HOST = Var("rdzv_host")
+RDZV_PORT = Var("rdzv_port")
+JOB_ID = Var("SLURM_JOB_ID")
+DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
+
+# Runs inside each srun task: map Slurm's per-task variables to what torch's env://
+# expects, then exec the real argv ("$@"), which is passed as arguments and never re-parsed.
+PER_TASK_ENV = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" '
+                'WORLD_SIZE="$SLURM_NTASKS" NODE_RANK="$SLURM_NODEID"; exec "$@"')
+PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str
+    tasks_per_node: int
+    rendezvous: bool  # needs rdzv_host/rdzv_port at batch scope
+    master_env: bool  # exports MASTER_ADDR/MASTER_PORT for env:// (srun mode)
+    ntasks: bool  # needs ntasks=nnodes*tasks_per_node at batch scope
+    setup: Tuple[Token, ...]  # run once per node before the launch; () for none
+    starter: Tuple[Token, ...]  # srun/mpirun and their flags
+    task: Tuple[Token, ...]  # what each started task runs
+    per_task_env: bool  # the task goes through PER_TASK_ENV
+    node_logs: bool
+
+    @property
+    def launch(self) -> Tuple[Token, ...]:
+        return self.starter + self.task
+
+
+def torchrun_argv(spec: JobSpec) -> List[Token]:
+    """torchrun_jsc for one node; the program runs as written (--no-python)."""
+    launch = spec.launch
+    return [launch.command, word("--nnodes=", NNODES),
+            f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
+            word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
+            f"--max_restarts={launch.max_restarts}", "--no-python", *spec.program]
+
+
+def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
+              extra: Tuple[str, ...] = ()) -> List[Token]:
+    """srun with the job's geometry; --kill-on-bad-exit so one dead task ends the step."""
+    out: List[Token] = ["srun", "--kill-on-bad-exit=1", *extra, word("--nodes=", NNODES),
+                        f"--ntasks-per-node={tasks_per_node}"]
+    if spec.job.node_output is not None:
+        out.append(f"--output={spec.job.node_output}")
+    return out + runtime.srun_flags()
+
+
+def setup_argv(spec: JobSpec, runtime: ContainerRuntime) -> Tuple[Token, ...]:
+    inner = runtime.setup_argv()
+    if not inner:
+        return ()
+    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), "--ntasks-per-node=1",
+            *inner)
+
+
+def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
+    # Inside a Slurm job Open MPI starts its daemons with srun, so ranks inherit this
+    # script's environment; --bind-to none leaves CPU placement to Slurm.
+    return ["mpirun", "-np", count, "--map-by", f"ppr:{tasks_per_node}:node",
+            "--bind-to", "none", "--tag-output"]
+
+
+def _plan_torchrun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
+    return Plan("torchrun", 1, True, False, False, setup_argv(spec, rt),
+                tuple(srun_argv(spec, rt, 1)), tuple(rt.wrap(torchrun_argv(spec))),
+                False, spec.job.node_output is not None)
+
+
+def _plan_srun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
+    per_node = spec.launch.procs_per_node
+    task = ["bash", "-c", PER_TASK_ENV, "task", *rt.wrap(spec.program, PER_TASK_NAMES)]
+    if rt.config.kind == "pyxis":  # pyxis puts the whole task, bash included, in the image
+        task = ["bash", "-c", PER_TASK_ENV, "task", *spec.program]
+    return Plan("srun", per_node, True, True, False, setup_argv(spec, rt),
+                tuple(srun_argv(spec, rt, per_node)), tuple(task),
+                True, spec.job.node_output is not None)
+
+
+def _plan_horovod(spec: JobSpec, rt: ContainerRuntime) -> Plan:
+    per_node = spec.launch.procs_per_node
+    if spec.launch.mpi == "srun":
+        return Plan("horovod", per_node, False, False, False, setup_argv(spec, rt),
+                    tuple(srun_argv(spec, rt, per_node, ("--mpi=pmix",))),
+                    tuple(rt.wrap(spec.program)), False, spec.job.node_output is not None)
+    _no_pyxis(spec, rt)
+    return Plan("horovod", per_node, False, False, True, setup_argv(spec, rt),
+                tuple(mpirun_argv(per_node, NTASKS)), tuple(rt.wrap(spec.program)),
+                False, False)
+
+
+def _plan_mpirun_torchrun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
+    _no_pyxis(spec, rt)
+    return Plan("mpirun_torchrun", 1, True, False, False, setup_argv(spec, rt),
+                tuple(mpirun_argv(1, NNODES)), tuple(rt.wrap(torchrun_argv(spec))),
+                False, False)
+
+
+def _no_pyxis(spec: JobSpec, rt: ContainerRuntime) -> None:
+    if rt.config.kind == "pyxis":
+        raise SpecError(spec.source, "runtime.kind", "pyxis containers start only through "
+                        "srun; use launch.mpi: srun or another runtime", "pyxis")
+
+
+PLANS: Dict[str, Callable[[JobSpec, ContainerRuntime], Plan]] = {
+    "torchrun": _plan_torchrun,
+    "srun": _plan_srun,
+    "horovod": _plan_horovod,
+    "mpirun_torchrun": _plan_mpirun_torchrun,
+}
+
+
+def plan_launch(spec: JobSpec) -> Tuple[ContainerRuntime, Plan]:
+    """The runtime object and launch plan for a validated spec."""
+    runtime = runtime_for(spec)
+    return runtime, PLANS[spec.launch.mode](spec, runtime)
+
+
+def expand_nodelist(text: str) -> List[str]:
+    """Expand a Slurm hostlist like ``jwb[0001-0003,0007],login1`` (zero padding kept)."""
+    hosts: List[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+        names = [""]
+        for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
+            choices = [literal]
+            if ranges:
+                choices = [literal + n for n in _expand_ranges(ranges, text)]
+            names = [a + b for a in names for b in choices]
+        hosts += [n for n in names if n]
+    if not hosts or any(c in "".join(hosts) for c in "[] "):
+        raise ValueError(f"not a Slurm node list: {text!r} (expected e.g. 'jwb[0001-0004]')")
+    return hosts
+
+
+def _expand_ranges(ranges: str, text: str) -> List[str]:
+    out: List[str] = []
+    for part in ranges.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match or (match[2] and int(match[2]) < int(match[1])):
+            raise ValueError(f"not a Slurm node list: {text!r} (bad range {part!r})")
+        lo, hi = match[1], match[2] or match[1]
+        out += [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
+def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str = "$PWD") -> str:
+    """What each node of a hypothetical allocation would run, with node rank and is_host."""
+    _, plan = plan_launch(spec)
+    nodes = expand_nodelist(nodelist)
+    port = spec.launch.rdzv_port or DEFAULT_PORT_BASE + job_id % 1000
+    host = nodes[0] + spec.site.hostname_suffix
+    values = {"nnodes": str(len(nodes)), "ntasks": str(len(nodes) * plan.tasks_per_node),
+              "rdzv_host": host, "rdzv_port": str(port), "SLURM_JOB_ID": str(job_id),
+              "PWD": cwd}
+    lines = [f"# preview of {spec.source}: {len(nodes)} nodes ({nodelist}), job id {job_id}, "
+             f"mode {plan.mode}, {plan.tasks_per_node} task(s) per node"]
+    if plan.rendezvous:
+        lines.append(f"# rendezvous endpoint {host}:{port} (first node + site suffix "
+                     f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}")
+    lines.append("# started by: " + " ".join(resolve(plan.starter, values)))
+    if plan.setup:
+        lines.append("# once per node first: " + " ".join(resolve(plan.setup, values)))
+    task = resolve(plan.task[4:] if plan.per_task_env else plan.task, values)
+    per_node, world = plan.tasks_per_node, len(nodes) * plan.tasks_per_node
+    for node_rank, node in enumerate(nodes):
+        is_host = "-" if not plan.rendezvous else ("yes" if node_rank == 0 else "no")
+        lines.append(f"node {node_rank} {node}: node_rank={node_rank} is_host={is_host}")
+        for local in range(per_node):
+            rank = node_rank * per_node + local
+            env = f"RANK={rank} LOCAL_RANK={local} WORLD_SIZE={world} NODE_RANK={node_rank} " \
+                if plan.per_task_env else ""
+            label = "per node" if plan.mode in ("torchrun", "mpirun_torchrun") else f"rank {rank}"
+            lines.append(f"  {label}: {env}{' '.join(shlex.quote(a) for a in task)}")
+    return "\n".join(lines) + "\n"

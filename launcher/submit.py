@@ -1,0 +1,73 @@
+"""The thin edge that touches the machine: write a rendered script, call sbatch, read labels.
+
+Where it sits: spec -> render -> **submit**. Everything above is pure; this module alone
+writes files and runs processes, and raises SubmitError instead of exiting.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, Sequence
+
+
+class SubmitError(Exception):
+    """Writing or submitting failed; str() is one line for the CLI."""
+
+
+def write_script(text: str, path: str) -> None:
+    """Write atomically (temp file + rename), so a failure never leaves half a script."""
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    except OSError as exc:
+        raise SubmitError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise SubmitError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def sbatch(script: str, extra: Sequence[str] = (), timeout: float = 60.0) -> str:
+    """Submit with ``sbatch --parsable`` and return the job id."""
+    argv = ["sbatch", "--parsable", *extra, script]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise SubmitError("sbatch not found on PATH: submit from a Slurm login node, or "
+                          "use `render -o FILE` and copy the script there") from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"sbatch did not answer within {timeout:.0f} s") from None
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        raise SubmitError(f"sbatch {script} failed: {reason}")
+    job_id = done.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SubmitError(f"sbatch {script}: unexpected answer {done.stdout.strip()!r}")
+    return job_id
+
+
+def image_labels(image: str) -> Dict[str, str]:
+    """Labels of an Apptainer image, read with spython (imported only here, on demand)."""
+    if not Path(image).is_file():
+        raise SubmitError(f"{image}: image not found (build it with `make image`)")
+    try:
+        from spython.main import Client  # type: ignore[import-not-found]
+    except ImportError:
+        raise SubmitError("checking an image needs spython: pip install spython") from None
+    try:
+        info = Client.inspect(image, quiet=True)
+    except BaseException as exc:  # spython may call sys.exit on errors
+        raise SubmitError(f"{image}: cannot inspect image: {exc}") from None
+    if isinstance(info, dict):
+        attributes = info.get("attributes", info.get("data", {}).get("attributes", {}))
+        labels = attributes.get("labels") if isinstance(attributes, dict) else None
+        if isinstance(labels, dict):
+            return {str(k): str(v) for k, v in labels.items()}
+    raise SubmitError(f"{image}: cannot inspect image: no labels in {str(info)[:80]!r}")
