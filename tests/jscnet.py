@@ -1,10 +1,10 @@
-"""A two-node JSC-like network in namespaces, for the launcher's real tests (ring 3, root).
+"""A JSC-like network of N nodes in namespaces, for the launcher's real tests and the bench.
 
 Each node: its own network namespace, its own hostname (UTS namespace) and its own
 /etc/hosts (mount namespace, bind-mounted, so nothing on the host changes). The nodes are
-joined by one veth pair whose ends are named hostname + ``i``; the plain hostname resolves
-to an address on the node's loopback interface that the other node cannot reach. So, as on JSC, the
-nodes talk only through the ``i`` names. Names start with ``tjsc`` (the cluster uses ``jwb``).
+joined by a bridge (in a namespace of its own) through veths named hostname + ``i``; the
+plain hostname resolves to an address on the node's loopback interface that no other node
+can reach. So, as on JSC, the nodes talk only through the ``i`` names. Names start with ``tjsc`` (the cluster uses ``jwb``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,24 @@ import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Callable, List, Sequence, Tuple
 
-NODES = ("tjsc0001", "tjsc0002")
-FAST = {"tjsc0001": "10.77.1.1", "tjsc0002": "10.77.1.2"}
-MGMT = {"tjsc0001": "10.78.0.1", "tjsc0002": "10.78.0.2"}
+SWITCH = "tjsc-switch"  # a namespace holding only the bridge: nothing changes on the host
+
+
+def node_names(n: int) -> Tuple[str, ...]:
+    return tuple(f"tjsc{i:04d}" for i in range(1, n + 1))
+
+
+NODES = node_names(2)
+
+
+def fast_addr(node: str) -> str:
+    return f"10.77.1.{int(node[4:])}"
+
+
+def mgmt_addr(node: str) -> str:
+    return f"10.78.0.{int(node[4:])}"
 
 
 def _ip(*args: str) -> None:
@@ -30,7 +43,8 @@ def _netns(node: str) -> str:
 
 @dataclass
 class JscNet:
-    hosts_jsc: str      # hostname -> management address (unreachable from the peer)
+    nodes: Tuple[str, ...]
+    hosts_jsc: str      # hostname -> management address (unreachable from the peers)
     hosts_shared: str   # control: hostname -> the shared segment
 
     def command(self, node: str, argv: Sequence[str], hosts: str) -> List[str]:
@@ -42,35 +56,40 @@ class JscNet:
 
 
 def down() -> None:
-    for node in NODES:
-        subprocess.run(["ip", "netns", "del", _netns(node)], capture_output=True)
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (line.split()[0] for line in listing.splitlines() if line.strip()):
+        if name.startswith("tjsc-"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def up(workdir: str) -> JscNet:
-    """Create both nodes (removing leftovers of an earlier run first)."""
+def up(workdir: str, n: int = 2) -> JscNet:
+    """Create ``n`` nodes on one bridge (removing leftovers of an earlier run first)."""
     if os.geteuid() != 0:
         raise RuntimeError("the JSC-like network needs root (network namespaces)")
     down()
-    a, b = NODES
-    for node in NODES:
+    nodes = node_names(n)
+    _ip("netns", "add", SWITCH)
+    _ip("-n", SWITCH, "link", "add", "br0", "type", "bridge")
+    _ip("-n", SWITCH, "link", "set", "br0", "up")
+    for node in nodes:
         ns = _netns(node)
         _ip("netns", "add", ns)
         _ip("-n", ns, "link", "set", "lo", "up")
         # No dummy module in every kernel: the management address lives on lo, unroutable.
-        _ip("-n", ns, "addr", "add", f"{MGMT[node]}/32", "dev", "lo")
-    _ip("link", "add", f"{a}i", "netns", _netns(a), "type", "veth",
-        "peer", "name", f"{b}i", "netns", _netns(b))
-    for node in NODES:
-        ns = _netns(node)
-        _ip("-n", ns, "addr", "add", f"{FAST[node]}/24", "dev", f"{node}i")
+        _ip("-n", ns, "addr", "add", f"{mgmt_addr(node)}/32", "dev", "lo")
+        _ip("link", "add", f"{node}i", "netns", ns, "type", "veth",
+            "peer", "name", f"p{node}", "netns", SWITCH)
+        _ip("-n", SWITCH, "link", "set", f"p{node}", "master", "br0", "up")
+        _ip("-n", ns, "addr", "add", f"{fast_addr(node)}/24", "dev", f"{node}i")
         _ip("-n", ns, "link", "set", f"{node}i", "up")
-    return JscNet(_hosts_file(workdir, "hosts_jsc", MGMT), _hosts_file(workdir, "hosts_shared", FAST))
+    return JscNet(nodes, _hosts_file(workdir, "hosts_jsc", nodes, mgmt_addr),
+                  _hosts_file(workdir, "hosts_shared", nodes, fast_addr))
 
 
-def _hosts_file(workdir: str, name: str, plain: dict) -> str:
+def _hosts_file(workdir: str, name: str, nodes: Sequence[str], plain: Callable[[str], str]) -> str:
     lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
-    lines += [f"{plain[n]} {n}" for n in NODES]
-    lines += [f"{FAST[n]} {n}i" for n in NODES]
+    lines += [f"{plain(n)} {n}" for n in nodes]
+    lines += [f"{fast_addr(n)} {n}i" for n in nodes]
     fd, path = tempfile.mkstemp(prefix=f"{name}-", dir=workdir)
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -39,7 +39,7 @@ def launch(net: jscnet.JscNet, launcher: List[str], endpoint: str, hosts: str,
            extra: Tuple[str, ...] = ()) -> List[Tuple[int, str]]:
     """Start the launcher on both nodes at once; return (rc, output) per node."""
     procs = []
-    for node in jscnet.NODES:
+    for node in net.nodes:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHRUN_JSC_",
                                                                          "GLOO_", "NCCL_"))}
         env.update((env_per_node or {}).get(node, {}))
