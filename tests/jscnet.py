@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 SWITCH = "tjsc-switch"  # a namespace holding only the bridge: nothing changes on the host
 
@@ -53,6 +54,32 @@ class JscNet:
         return ["nsenter", f"--net=/run/netns/{_netns(node)}", "--",
                 "unshare", "--uts", "--mount", "--propagation", "private", "--",
                 "sh", "-c", script, "sh", node, hosts, *argv]
+
+    def run_all(self, argv: Sequence[str], hosts: str, cwd: str, timeout: float,
+                env: Optional[Dict[str, Dict[str, str]]] = None) -> List[Tuple[int, str]]:
+        """Start argv on every node at once; (rc, stdout+stderr) per node, bounded by timeout."""
+        procs = [subprocess.Popen(self.command(node, argv, hosts), cwd=cwd,
+                                  env=_clean_env((env or {}).get(node, {})),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for node in self.nodes]
+        deadline = time.monotonic() + timeout
+        results = []
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out = p.communicate()[0] + "\n<killed: node timeout>"
+            results.append((p.returncode, out))
+        return results
+
+
+def _clean_env(extra: Dict[str, str]) -> Dict[str, str]:
+    """The caller's environment without launcher/Slurm/socket variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "TORCHRUN_JSC_", "GLOO_", "NCCL_", "PET_"))}
+    env.update(extra)
+    return env
 
 
 def down() -> None:

@@ -8,7 +8,6 @@ is on the shared segment, both pass.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -38,27 +37,9 @@ def launch(net: jscnet.JscNet, launcher: List[str], endpoint: str, hosts: str,
            env_per_node: Optional[Dict[str, Dict[str, str]]] = None,
            extra: Tuple[str, ...] = ()) -> List[Tuple[int, str]]:
     """Start the launcher on both nodes at once; return (rc, output) per node."""
-    procs = []
-    for node in net.nodes:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHRUN_JSC_",
-                                                                         "GLOO_", "NCCL_"))}
-        env.update((env_per_node or {}).get(node, {}))
-        argv = [*launcher, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
-                f"--rdzv_endpoint={endpoint}", "--rdzv_id=test", "--max_restarts=0", *extra,
-                PROGRAM]
-        procs.append(subprocess.Popen(net.command(node, argv, hosts), env=env, cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    results = []
-    deadline = time.monotonic() + NODE_TIMEOUT_S
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-            out += "\n<killed: node timeout>"
-        results.append((p.returncode, out))
-    return results
+    argv = [*launcher, "--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={endpoint}", "--rdzv_id=test", "--max_restarts=0", *extra, PROGRAM]
+    return net.run_all(argv, hosts, str(ROOT), NODE_TIMEOUT_S, env_per_node)
 
 
 TORCHRUN_JSC = [str(BIN / "python"), "-m", "launcher.torchrun_jsc"]
