@@ -66,3 +66,14 @@ jobs:
 	@set -e; for spec in jobs/*.yaml; do \
 	    $(PY) -m launcher render "$$spec" -o "$${spec%.yaml}.job"; echo "rendered $${spec%.yaml}.job"; \
 	done
+
+# --- Local cluster (scripts/cluster.sh, docs/cluster.md) ---------------------------------
+# Slurm with nodes jwb0001..jwb000N in network namespaces, a JSC-like network (hostname != rdzv name).
+NODES ?=
+cluster-up:
+	bash scripts/cluster.sh up $(NODES)
+cluster-down:
+	bash scripts/cluster.sh down
+# The user's path: submit the checked-in jobscript unchanged, wait, check rank 0's summary.
+demo: setup cluster-up image
+	$(PY) scripts/cluster/slurmjob.py jobs/ddp_container.job --timeout 600

@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 import torch
@@ -120,7 +121,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             if step >= args.steps:
                 break
             if rank == args.crash_rank and step == args.crash_step:
-                print(f"rank {rank}: crashing on purpose at step {step}", flush=True)
+                print(f"rank {rank}: crashing on purpose at step {step} at unix time {time.time():.3f}",
+                      flush=True)
                 os._exit(3)
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(ddp(x.to(device)), y.to(device))

@@ -40,7 +40,7 @@ pid_alive() {  # pid_alive PIDFILE COMM: true if the recorded process still runs
 running_nodes() {  # names of node namespaces that exist, in order
     local k
     for k in $(seq 1 "$max_nodes"); do
-        [ -e "/run/netns/$(node_name "$k")" ] && echo "$(node_name "$k")"
+        [ -e "/run/netns/$(node_name "$k")" ] && { node_name "$k"; echo; }
     done
     return 0
 }

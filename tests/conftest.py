@@ -1,0 +1,33 @@
+"""Shared fixtures. `cluster`: the local Slurm cluster (scripts/cluster.sh up, idempotent), for ring 3."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load_slurmjob() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("slurmjob", REPO / "scripts/cluster/slurmjob.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["slurmjob"] = mod  # dataclasses look their module up while it executes
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def cluster() -> ModuleType:
+    """Bring the cluster up (no-op when it is up) and return the job helper module.
+
+    Fails, never skips, when the prerequisites (root, `make setup`) are missing."""
+    p = subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "up"], capture_output=True,
+                       text=True, timeout=180, check=False)
+    if p.returncode != 0:
+        pytest.fail(f"scripts/cluster.sh up failed (rc {p.returncode}):\n{p.stdout}{p.stderr}")
+    return _load_slurmjob()

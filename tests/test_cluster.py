@@ -1,0 +1,115 @@
+"""Ring 3: the local Slurm cluster itself (scripts/cluster.sh).
+
+>= 2 nodes with fake GPU GRES; a JSC-like network (a node's hostname is not reachable from the
+other nodes, hostname + "i" is); up/down idempotent and leaving nothing behind; refusal when
+not root. The jobs that run on it are in test_e2e_*.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ring3
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
+STATE = Path("/run/torchrun-jsc-cluster")
+
+# Run on every node by srun: resolve own and peer names, try to reach the peer's slurmd port.
+PROBE = r"""
+import json, socket
+me = socket.gethostname()
+peer = "jwb0002" if me == "jwb0001" else "jwb0001"
+res = {"me": me, "me_addr": socket.gethostbyname(me), "me_i_addr": socket.gethostbyname(me + "i")}
+for name in (peer, peer + "i"):
+    try:
+        socket.create_connection((name, 6818), timeout=3).close()
+        res[name] = "reachable"
+    except OSError as e:
+        res[name] = type(e).__name__
+print("PROBE " + json.dumps(res), flush=True)
+"""
+
+
+def sh(argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, **kw)
+
+
+def slurmd_pids() -> dict[str, str]:
+    return {p.name: p.read_text().strip() for p in sorted(STATE.glob("slurmd-jwb*.pid"))}
+
+
+def test_cluster_has_two_idle_nodes_with_fake_gpus(cluster):
+    p = sh(["sinfo", "-h", "-N", "-o", "%N %P %T %G"])
+    assert p.returncode == 0, p.stderr
+    rows = [line.split() for line in p.stdout.splitlines()]
+    assert len(rows) >= 2, p.stdout
+    for node, partition, state, gres in rows:
+        assert node.startswith("jwb") and partition == "batch*", p.stdout
+        assert state == "idle", p.stdout
+        assert gres.startswith("gpu:4"), p.stdout
+
+
+def test_gpu_options_are_accepted_and_set_cuda_visible_devices(cluster):
+    p = sh(["srun", "-N2", "--ntasks-per-node=1", "--gpus-per-node=2", "--time=1",
+            "bash", "-c", 'echo "$(hostname) $CUDA_VISIBLE_DEVICES"'], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.split("\n")[:2]) == ["jwb0001 0,1", "jwb0002 0,1"]
+
+
+def test_network_is_jsc_like(cluster):
+    """Every node resolves a hostname the other nodes cannot reach, and a reachable "i" name."""
+    p = sh(["srun", "-N2", "--ntasks-per-node=1", "--time=1", "python3", "-c", PROBE], timeout=60)
+    assert p.returncode == 0, p.stderr
+    probes = {r["me"]: r for r in (json.loads(line.split(" ", 1)[1])
+                                   for line in p.stdout.splitlines() if line.startswith("PROBE "))}
+    assert set(probes) == {"jwb0001", "jwb0002"}, p.stdout
+    for k, me in ((1, "jwb0001"), (2, "jwb0002")):
+        r = probes[me]
+        peer = "jwb0002" if me == "jwb0001" else "jwb0001"
+        assert r["me_addr"] == f"10.67.0.{k}" and r["me_i_addr"] == f"10.66.0.{k}", r
+        assert r[peer + "i"] == "reachable", r
+        assert r[peer] != "reachable", r  # hostname: "Network is unreachable"
+
+
+def test_host_etc_hosts_is_untouched(cluster):
+    assert "jwb" not in Path("/etc/hosts").read_text()
+
+
+def test_refuses_when_not_root():
+    # The script comes on stdin so that `nobody` needs no read access to the checkout.
+    with open(REPO / "scripts/cluster.sh") as script:
+        p = subprocess.run(["runuser", "-u", "nobody", "--", "bash", "-s", "up"], stdin=script,
+                           capture_output=True, text=True, timeout=30, check=False)
+    assert p.returncode == 1
+    assert p.stderr.count("\n") == 1 and "must run as root" in p.stderr, p.stderr
+
+
+def test_down_and_up_are_idempotent_and_leave_nothing(cluster):
+    before = slurmd_pids()
+    t0 = time.monotonic()
+    p = sh([*CLUSTER, "up"])
+    assert p.returncode == 0, p.stderr
+    assert slurmd_pids() == before, "a second `up` must not restart the daemons"
+    assert time.monotonic() - t0 < 10
+
+    for _ in range(2):  # down twice: the second finds nothing to do
+        p = sh([*CLUSTER, "down"])
+        assert p.returncode == 0, p.stderr
+        assert not [n for n in sh(["ip", "netns", "list"]).stdout.split() if n.startswith("jwb")]
+        assert sh(["ip", "link", "show", "jwbbr0"]).returncode != 0
+        assert not list(STATE.glob("slurm*.pid"))
+        assert not any(Path(f"/proc/{pid}").exists() for pid in before.values())
+        assert sh(["pgrep", "-x", "slurmctld"]).returncode != 0
+    t0 = time.monotonic()
+    p = sh([*CLUSTER, "up"])
+    up_s = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    print(f"cluster up from nothing: {up_s:.1f} s")
+    status = sh([*CLUSTER, "status"])
+    assert status.returncode == 0 and "idle" in status.stdout, status.stdout
