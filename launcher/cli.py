@@ -21,11 +21,14 @@ from launcher.submit import SubmitError, image_labels, sbatch, write_script
 
 
 def _parser() -> argparse.ArgumentParser:
-    debug = argparse.ArgumentParser(add_help=False)
-    debug.add_argument("--debug", action="store_true", help="show tracebacks")
     parser = argparse.ArgumentParser(
-        prog="python -m launcher", parents=[debug],
+        prog="python -m launcher",
         description="Compose Slurm jobscripts from a YAML spec (see docs/spec.md).")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    # Also accepted after the subcommand; SUPPRESS keeps it from resetting the global one.
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks")
     parser.add_argument("--version", action="version", version=f"launcher {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser("render", parents=[debug], help="print or write the jobscript")

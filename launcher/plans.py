@@ -142,7 +142,10 @@ def plan_launch(spec: JobSpec) -> Tuple[ContainerRuntime, Plan]:
 def expand_nodelist(text: str) -> List[str]:
     """Expand a Slurm hostlist like ``jwb[0001-0003,0007],login1`` (zero padding kept)."""
     hosts: List[str] = []
-    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text):
+    items = re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text)
+    if ",".join(items) != text:
+        raise ValueError(f"not a Slurm node list: {text!r} (expected e.g. 'jwb[0001-0004]')")
+    for item in items:
         names = [""]
         for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
             choices = [literal]

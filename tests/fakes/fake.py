@@ -1,0 +1,250 @@
+"""Recording fakes of srun, scontrol, sbatch, apptainer, enroot, mpirun, torchrun_jsc, python3.
+
+Helper for ring 2: `install(bin_dir, log_dir)` writes one small sh
+wrapper per tool into bin_dir that runs this file with the tool's name. Every call appends
+a JSON record (argv, selected environment, cwd) to FAKE_LOG. The launchers run the command
+they were given, once per simulated task, with that task's Slurm variables, so scope bugs
+(a per-task variable expanded at batch scope) and quoting bugs show up in the records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
+         "torchrun", "python3")
+RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_ID",
+                "SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "HOSTILE", "PLAIN", "NCCL_DEBUG",
+                "NCCL_SECRET_TOKEN", "APPTAINER_CACHEDIR", "ENROOT_DATA_PATH", "VIRTUAL_ENV",
+                "SRUN_CPUS_PER_TASK", "OMPI_COMM_WORLD_RANK")
+
+
+def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
+    """Write the wrappers; return the environment additions that activate them."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for tool in TOOLS:
+        path = bin_dir / tool
+        path.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} '
+                        f'{tool} "$@"\n')
+        path.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log_dir),
+            "FAKE_ENROOT_DATA": str(log_dir / "enroot-data")}
+
+
+def records(log_dir: Path, prog: str = "") -> List[dict]:
+    """All records, in call order, optionally only those of one tool."""
+    out = [json.loads(p.read_text()) for p in log_dir.glob("*.json")]
+    out.sort(key=lambda r: r["seq"])
+    return [r for r in out if not prog or r["prog"] == prog]
+
+
+def _record(prog: str, argv: Sequence[str], extra: Dict[str, object] | None = None) -> None:
+    log = Path(os.environ["FAKE_LOG"])
+    seq = f"{time.monotonic_ns():020d}-{os.getpid():08d}-{uuid.uuid4().hex[:6]}"
+    data = {"prog": prog, "argv": list(argv), "cwd": os.getcwd(), "seq": seq,
+            "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}}
+    data.update(extra or {})
+    (log / f"{seq}.json").write_text(json.dumps(data))
+
+
+def expand(nodelist: str) -> List[str]:
+    hosts: List[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", nodelist):
+        m = re.fullmatch(r"([^\[]*)\[(\d+)-(\d+)\]", item)
+        if m:
+            width = len(m[2])
+            hosts += [f"{m[1]}{i:0{width}d}" for i in range(int(m[2]), int(m[3]) + 1)]
+        else:
+            hosts.append(item)
+    return hosts
+
+
+def _options(argv: Sequence[str], with_value: Tuple[str, ...]) -> Tuple[Dict[str, str], List[str]]:
+    """Split leading options from the command; '--opt=v' and '--opt v' forms."""
+    opts: Dict[str, str] = {}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        key, eq, value = argv[i].partition("=")
+        if not eq and key in with_value:
+            i += 1
+            value = argv[i]
+        if key in ("--bind", "-B", "--mount", "-m", "--env", "-e"):  # repeatable
+            opts[key] = opts.get(key, "") + value + "\0"
+        else:
+            opts.setdefault(key, value)
+        i += 1
+    return opts, list(argv[i:])
+
+
+def _run_tasks(cmd: List[str], tasks: List[Dict[str, str]]) -> int:
+    worst = 0
+    for task_env in tasks:
+        env = dict(os.environ, **task_env)
+        rc = subprocess.run(cmd, env=env, check=False).returncode
+        worst = worst or rc
+    return worst
+
+
+def srun(argv: List[str]) -> int:
+    opts, cmd = _options(argv, ("-N", "-n", "--mpi", "--output"))
+    _record("srun", argv)
+    nodes = int(opts.get("--nodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")))
+    per_node = int(opts.get("--ntasks-per-node", "1"))
+    names = expand(os.environ.get("SLURM_JOB_NODELIST", "node[1-9]"))
+    tasks = [{"SLURM_NODEID": str(n), "SLURM_PROCID": str(n * per_node + l),
+              "SLURM_LOCALID": str(l), "SLURM_NTASKS": str(nodes * per_node),
+              "SLURMD_NODENAME": names[n % len(names)], "SLURM_STEP_NUM_TASKS": str(nodes * per_node)}
+             for n in range(nodes) for l in range(per_node)]
+    return _run_tasks(cmd, tasks)
+
+
+def mpirun(argv: List[str]) -> int:
+    opts, cmd = _options(argv, ("-np", "--map-by", "--bind-to"))
+    _record("mpirun", argv)
+    count = int(opts["-np"])
+    per_node = int(opts.get("--map-by", "ppr:1:node").split(":")[1])
+    tasks = [{"OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_LOCAL_RANK": str(r % per_node),
+              "OMPI_COMM_WORLD_SIZE": str(count)} for r in range(count)]
+    return _run_tasks(cmd, tasks)
+
+
+def scontrol(argv: List[str]) -> int:
+    _record("scontrol", argv)
+    if argv[:2] == ["show", "hostnames"]:
+        print("\n".join(expand(argv[2] if len(argv) > 2 else os.environ["SLURM_JOB_NODELIST"])))
+        return 0
+    return 1
+
+
+def apptainer(argv: List[str]) -> int:
+    _record("apptainer", argv)
+    if argv[:1] != ["exec"]:
+        return 1
+    opts, rest = _options(argv[1:], ("--bind", "-B"))
+    image, cmd = rest[0], rest[1:]
+    if not Path(image).exists():
+        print(f"FATAL: could not open image {image}", file=sys.stderr)
+        return 255
+    return subprocess.run(cmd, check=False).returncode
+
+
+def enroot(argv: List[str]) -> int:
+    data = Path(os.environ.get("ENROOT_DATA_PATH", os.environ["FAKE_ENROOT_DATA"]))
+    _record("enroot", argv)
+    if argv[:1] == ["list"]:
+        if data.is_dir():
+            print("\n".join(sorted(p.name for p in data.iterdir())))
+        return 0
+    if argv[:1] == ["create"]:
+        opts, rest = _options(argv[1:], ("--name", "-n"))
+        rest = rest[1:] if rest[:1] == ["--"] else rest
+        target = data / opts["--name"]
+        if target.exists():
+            print(f"File already exists: {target}", file=sys.stderr)
+            return 1
+        if not Path(rest[0]).is_file():
+            print(f"No such file or directory: {rest[0]}", file=sys.stderr)
+            return 1
+        target.mkdir(parents=True)
+        return 0
+    if argv[:1] == ["start"]:
+        opts, rest = _options(argv[1:], ("--mount", "--env", "-m", "-e"))
+        name, cmd = rest[0], rest[1:]
+        if not (data / name).is_dir():
+            print(f"No such file or directory: {data / name}", file=sys.stderr)
+            return 1
+        # Like Enroot: the container sees only the variables named with --env.
+        env = {"PATH": os.environ["PATH"], "FAKE_LOG": os.environ["FAKE_LOG"]}
+        for item in opts.get("--env", "").split("\0"):
+            if item and item in os.environ:
+                env[item] = os.environ[item]
+        return subprocess.run(cmd, env=env, check=False).returncode
+    return 1
+
+
+def sbatch(argv: List[str]) -> int:
+    """Parse #SBATCH lines like sbatch does and run the script synchronously."""
+    _record("sbatch", argv)
+    opts, rest = _options(argv, ())
+    script = rest[0]
+    options = dict(parse_sbatch_lines(Path(script).read_text(encoding="utf-8")))
+    nodes = int(options.get("--nodes", "1"))
+    env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_JOB_NAME=options.get("--job-name", ""),
+               SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]",
+               SLURM_SUBMIT_DIR=os.getcwd())
+    done = subprocess.run(["bash", script], env=env, check=False)
+    _record("sbatch-done", [script], {"rc": done.returncode, "options": options})
+    print("4242" if "--parsable" in opts else "Submitted batch job 4242")
+    return 0
+
+
+def parse_sbatch_lines(text: str) -> List[Tuple[str, str]]:
+    """#SBATCH options as sbatch reads them (src/sbatch/opt.c: _get_argument)."""
+    out = []
+    for line in text.splitlines()[1:]:
+        if not line.startswith("#SBATCH"):
+            if line.strip() and not line.startswith("#"):
+                break  # sbatch stops at the first command
+            continue
+        arg = _slurm_argument(line[len("#SBATCH"):])
+        key, _, value = arg.partition("=")
+        out.append((key, value))
+    return out
+
+
+def _slurm_argument(line: str) -> str:
+    i, out, quoted, q_char, escape = 0, [], False, "", False
+    while i < len(line) and line[i].isspace():
+        i += 1
+    while i < len(line) and (quoted or not line[i].isspace()):
+        c = line[i]
+        i += 1
+        if escape:
+            escape = False
+        elif c == "\\":
+            escape = True
+            continue
+        elif quoted:
+            if c == q_char:
+                quoted = False
+                continue
+        elif c in "\"'":
+            quoted, q_char = True, c
+            continue
+        elif c == "#":
+            break
+        out.append(c)
+    return "".join(out)
+
+
+def recorder(prog: str, argv: List[str]) -> int:
+    """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
+    _record(prog, argv)
+    if prog.startswith("torchrun") and "--no-python" in argv:
+        cmd = argv[argv.index("--no-python") + 1:]
+        env = dict(os.environ, RANK="0", LOCAL_RANK="0")
+        return subprocess.run(cmd, env=env, check=False).returncode
+    return int(os.environ.get("FAKE_PROGRAM_RC", "0"))
+
+
+def main() -> int:
+    prog, argv = sys.argv[1], sys.argv[2:]
+    handlers = {"srun": srun, "mpirun": mpirun, "scontrol": scontrol, "apptainer": apptainer,
+                "enroot": enroot, "sbatch": sbatch}
+    if prog in handlers:
+        return handlers[prog](argv)
+    return recorder(prog, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
