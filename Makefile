@@ -77,3 +77,9 @@ cluster-down:
 # The user's path: submit the checked-in jobscript unchanged, wait, check rank 0's summary.
 demo: setup cluster-up image
 	$(PY) scripts/cluster/slurmjob.py jobs/ddp_container.job --timeout 600
+
+# --- Bench (bench/, README "Measured figures") --------------------------------------------
+# Launch latency, failure teardown, container overhead, image build times, rendezvous
+# scaling; ratios against baselines measured in the same run. Report: bench-results/results.md
+bench: setup image cluster-up
+	PYTHONPATH=$(CURDIR) $(PY) -m bench $(BENCH_ARGS)

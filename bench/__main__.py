@@ -1,0 +1,73 @@
+"""`make bench` (python -m bench): every section, one markdown report.
+
+Figures are medians of interleaved repeats with min and max, and ratios against a
+baseline measured in the same run (this machine is noisy). No timing is asserted anywhere.
+The report is printed and written to bench-results/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Callable, Dict
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("launch", "teardown", "container", "images", "scaling")
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return (f"{platform.node()}: {os.cpu_count()} cores ({cpu}), Linux {platform.release()}, "
+            f"torch {torch.__version__}, "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sizes", default="2,4,8", help="node counts for the scaling section")
+    ap.add_argument("--bw-mb", type=int, default=64)
+    a = ap.parse_args()
+    from bench import cluster_bench, image_bench, netns_bench
+
+    sizes = [int(n) for n in a.sizes.split(",")]
+    sections: Dict[str, Callable[[], str]] = {
+        "launch": lambda: cluster_bench.launch(a.repeats),
+        "teardown": lambda: cluster_bench.teardown(a.repeats),
+        "container": lambda: netns_bench.with_network(
+            2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
+        "images": lambda: image_bench.images(a.repeats),
+        "scaling": lambda: netns_bench.with_network(
+            max(sizes), lambda r: netns_bench.scaling(r, sizes, a.repeats)),
+    }
+    titles = {"launch": "Launch latency", "teardown": "Failure teardown",
+              "container": "Container overhead", "images": "Images",
+              "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)"}
+    report = [f"# Bench results\n\nMachine: {machine()}\n"]
+    for name in a.only or SECTIONS:
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        report.append(f"## {titles[name]}\n\n{sections[name]()}\n")
+        print(report[-1], flush=True)
+    out = ROOT / "bench-results" / "results.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(report))
+    print(f"bench: report written to {out.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

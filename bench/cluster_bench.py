@@ -1,0 +1,118 @@
+"""Bench sections on the local Slurm cluster (scripts/cluster.sh): launch and teardown.
+
+Jobscripts are rendered by the composer from specs built here (the same code path as
+jobs/*.job), into bench-results/jobs/, and submitted from the repository root.
+
+- launch: sbatch -> every rank past init_process_group and a first all_reduce,
+  2 nodes x 2 processes, for srun + env:// (the floor), torchrun_jsc bare (venv) and
+  torchrun_jsc in apptainer. Plain torchrun with a hostname endpoint cannot work on this
+  JSC-like network (that is the bug); the namespace scaling section compares with it where
+  it does work.
+- teardown: one rank exits 3 after the first all_reduce while the others wait in a barrier;
+  time from its CRASH line to the job leaving the queue, for the rendered script and for the
+  same script without `--kill-on-bad-exit=1` (what a naive jobscript does), capped.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+from bench.stats import Series, interleave, ratio, table
+from launcher.jobscript import render_jobscript
+from launcher.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts" / "cluster"))
+import slurmjob  # noqa: E402  (scripts/cluster/slurmjob.py: submit, poll squeue)
+
+PROGRAM = ["python3", "-u", "bench/programs/ready.py"]
+NAIVE_CAP_S = 60.0
+
+
+def spec_yaml(name: str, mode: str, runtime: str, program: Sequence[str]) -> str:
+    rt = "runtime: {kind: apptainer, image: image.sif}" if runtime == "apptainer" else ""
+    venv = "  venv: .venv\n" if runtime == "bare" else ""
+    prog = ", ".join(f"'{a}'" for a in program)
+    return (f"job: {{name: {name}, nodes: 2, time: '00:10:00', partition: batch}}\n"
+            f"site:\n  profile: jsc\n{venv}{rt}\n"
+            f"launch: {{mode: {mode}, procs_per_node: 2}}\nprogram: [{prog}]\n")
+
+
+def render(name: str, mode: str, runtime: str, program: Sequence[str] = PROGRAM,
+           naive: bool = False) -> str:
+    out_dir = ROOT / "bench-results" / "jobs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.yaml"
+    path.write_text(spec_yaml(name, mode, runtime, program))
+    text = render_jobscript(parse_spec(path.read_text(), str(path.relative_to(ROOT))))
+    if naive:  # the one thing a naive jobscript lacks: ending the job when a task fails
+        text = text.replace("--kill-on-bad-exit=1 ", "")
+    job = out_dir / f"{name}.job"
+    job.write_text(text)
+    return str(job.relative_to(ROOT))
+
+
+def _output(job_id: str) -> str:
+    return slurmjob.collect_output(job_id, slurmjob.job_info(job_id), str(ROOT))
+
+
+def launch_s(jobfile: str) -> Optional[float]:
+    start = time.time()
+    job_id = slurmjob.submit(jobfile, cwd=str(ROOT))
+    slurmjob.wait_gone(job_id, 300)
+    out = _output(job_id)
+    ready = [float(t) for t in re.findall(r"READY rank=\d+ t=([\d.]+)", out)]
+    if len(ready) != 4:
+        print(f"bench: {jobfile}: {len(ready)} of 4 ranks ready\n{out[-2000:]}", file=sys.stderr)
+        return None
+    return max(ready) - start
+
+
+def teardown_s(jobfile: str, cap: float) -> Optional[float]:
+    """CRASH line -> job gone from the queue; None if still there at the cap (then cancelled)."""
+    job_id = slurmjob.submit(jobfile, cwd=str(ROOT))
+    try:
+        slurmjob.wait_gone(job_id, cap + 30, poll=0.1)  # cancels the job on timeout
+    except slurmjob.JobError:
+        return None
+    gone = time.time()
+    m = re.search(r"CRASH t=([\d.]+)", _output(job_id))
+    if not m:
+        print(f"bench: {jobfile}: no CRASH line", file=sys.stderr)
+        return None
+    return gone - float(m.group(1))
+
+
+def launch(repeats: int) -> str:
+    jobs: Dict[str, str] = {
+        "srun + env:// (floor)": render("bench_srun", "srun", "bare"),
+        "torchrun_jsc, bare": render("bench_torchrun_jsc", "torchrun", "bare"),
+        "torchrun_jsc, apptainer": render("bench_torchrun_jsc_apptainer", "torchrun",
+                                          "apptainer"),
+    }
+    s = interleave({k: (lambda j=j: launch_s(j)) for k, j in jobs.items()}, repeats)
+    floor = s["srun + env:// (floor)"]
+    rows = [[k, v.cell("s"), ratio(v, floor)] for k, v in s.items()]
+    bare, app = s["torchrun_jsc, bare"], s["torchrun_jsc, apptainer"]
+    extra = (f"\nContainer cost per node: {(app.median - bare.median):.2f} s "
+             "(median apptainer - median bare; both nodes start in parallel)."
+             if bare.values and app.values else "")
+    return table(["2 nodes x 2 procs, sbatch -> first all_reduce", "time", "vs floor"],
+                 rows) + extra
+
+
+def teardown(repeats: int) -> str:
+    crash = [*PROGRAM, "--crash-rank", "1"]
+    ours = render("bench_crash", "torchrun", "bare", crash)
+    naive = render("bench_crash_naive", "torchrun", "bare", crash, naive=True)
+    s = interleave({"ours": lambda: teardown_s(ours, NAIVE_CAP_S),
+                    "naive": lambda: teardown_s(naive, NAIVE_CAP_S)}, repeats)
+    naive_cell = s["naive"].cell("s") if len(s["naive"].values) == repeats else \
+        f"{repeats - len(s['naive'].values)} of {repeats} runs hung > {NAIVE_CAP_S:.0f} s (cancelled)"
+    return table(["one rank exits 3 after its first all_reduce", "crash -> job gone"],
+                 [["rendered jobscript (srun --kill-on-bad-exit=1)", s["ours"].cell("s")],
+                  ["naive: same script without --kill-on-bad-exit", naive_cell]])

@@ -1,0 +1,61 @@
+"""Bench program: time to the first all_reduce, gloo bandwidth, or a crash on cue.
+
+Prints machine-readable lines (one per rank): `READY rank=R t=EPOCH` after
+init_process_group and a first checked all_reduce; with --bw-mb, rank 0 prints
+`BW gbps=X` for an all_reduce of a float32 tensor of that size; with --crash-rank,
+that rank prints `CRASH t=EPOCH` and exits 3 after the first all_reduce while the others
+compute for --work-s seconds (a training step between collectives) and then wait in a
+barrier: the situation a jobscript must tear down. (Blocked in a gloo collective, a peer sees
+the closed socket at once; computing, it notices only at its next collective; with NCCL it
+can hang until the NCCL timeout.)
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bw-mb", type=int, default=0)
+    ap.add_argument("--bw-iters", type=int, default=5)
+    ap.add_argument("--crash-rank", type=int, default=-1)
+    ap.add_argument("--work-s", type=float, default=30.0)
+    a = ap.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if t.item() != world:
+        print(f"BAD all_reduce {t.item()} != {world}", flush=True)
+        return 1
+    print(f"READY rank={rank} t={time.time():.6f}", flush=True)
+    if a.bw_mb:
+        x = torch.ones(a.bw_mb * 1024 * 1024 // 4)
+        dist.all_reduce(x)  # warm-up
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(a.bw_iters):
+            dist.all_reduce(x)
+        elapsed = time.perf_counter() - start
+        if rank == 0:
+            print(f"BW gbps={a.bw_mb * a.bw_iters * 8 / 1024 / elapsed:.4f}", flush=True)
+    if a.crash_rank == rank:
+        print(f"CRASH t={time.time():.6f}", flush=True)
+        os._exit(3)
+    if a.crash_rank >= 0:
+        end = time.monotonic() + a.work_s
+        m = torch.rand(256, 256)
+        while time.monotonic() < end:
+            m = torch.tanh(m @ m)
+        dist.barrier()  # fails: the crashed rank never arrives
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
