@@ -13,7 +13,8 @@
 #                                                     other node has a route to it (as on JSC,
 #                                                     where the hostname is not the IB name)
 # The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts in
-# their mount namespace; the host's /etc/hosts is never edited. Nothing is routed off the machine:
+# their mount namespace (and a per-node $state/private, for PMIx); the host's /etc/hosts is
+# never edited. Nothing is routed off the machine:
 # node namespaces have no default route and no NAT rule is added.
 # `up` and `down` are idempotent; `down` only stops processes whose PIDs `up` recorded and the
 # processes inside our node namespaces.
@@ -105,6 +106,9 @@ write_configs() {  # write_configs N
         echo "PartitionName=batch Nodes=jwb[0001-$(printf '%04d' "$n")] Default=YES MaxTime=INFINITE State=UP"
     } >"$conf_dir/slurm.conf.tmp"
     echo "Name=gpu File=$state/dev/nvidia[0-3]" >"$conf_dir/gres.conf.tmp"
+    # srun --mpi=pmix: the client tmpdir must differ per node (a shared /tmp collides); each
+    # daemon's mount namespace binds its own $state/node/NAME over $state/private.
+    echo "PMIxCliTmpDirBase=$state/private" >"$conf_dir/mpi.conf.tmp"
     {
         echo "# private /etc/hosts of the torchrun-jsc-cluster daemons and jobs"
         echo "127.0.0.1 localhost"
@@ -117,6 +121,7 @@ write_configs() {  # write_configs N
     } >"$state/hosts.tmp"
     mv -f "$conf_dir/slurm.conf.tmp" "$conf_dir/slurm.conf"
     mv -f "$conf_dir/gres.conf.tmp" "$conf_dir/gres.conf"
+    mv -f "$conf_dir/mpi.conf.tmp" "$conf_dir/mpi.conf"
     mv -f "$state/hosts.tmp" "$state/hosts"
 }
 
@@ -148,17 +153,20 @@ setup_node_net() {  # setup_node_net K
     ip -n "$name" link set eth0 up
 }
 
-# run_in_ns PIDFILE LOG NETNS HOSTNAME CMD...: start CMD in the foreground of a new UTS + mount
-# namespace (hostname set, private /etc/hosts bound), detached, and record its PID.
+# run_in_ns PIDFILE LOG NETNS HOSTNAME PRIVATE_DIR CMD...: start CMD in the foreground of a new
+# UTS + mount namespace (hostname set, private /etc/hosts bound, PRIVATE_DIR bound over
+# $state/private), detached, and record its PID.
 run_in_ns() {
-    local pidfile=$1 log=$2 netns=$3 hostname=$4; shift 4
+    local pidfile=$1 log=$2 netns=$3 hostname=$4 private=$5; shift 5
     local enter=()
     [ "$netns" = host ] || enter=(nsenter "--net=/run/netns/$netns" --)
+    mkdir -p "$private" "$state/private"
     # nsenter (no pid ns) and unshare (no --fork) exec in place, so $! ends up as the daemon's PID.
     # shellcheck disable=SC2016  # $1.. expand in the inner sh
     setsid "${enter[@]}" unshare --uts --mount --propagation slave -- \
-        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
-        sh "$hostname" "$state/hosts" "$@" </dev/null >>"$log" 2>&1 &
+        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" "$4" &&
+               shift 4 && exec "$@"' \
+        sh "$hostname" "$state/hosts" "$private" "$state/private" "$@" </dev/null >>"$log" 2>&1 &
     echo $! >"$pidfile"
 }
 
@@ -194,14 +202,14 @@ cmd_up() {
     if ! pid_alive "$state/slurmctld.pid" slurmctld; then
         # -c: start from a clean state (no stale jobs or nodes from an earlier `up`)
         run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" \
-            slurmctld -D -c
+            "$state/node/$ctl_name" slurmctld -D -c
     fi
     for k in $(seq 1 "$n"); do
         name=$(node_name "$k")
         mkdir -p "$state/spool/$name"
         pid_alive "$state/slurmd-$name.pid" slurmd && continue
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
-            slurmd -D -N "$name"
+            "$state/node/$name" slurmd -D -N "$name"
     done
     if ! wait_until 60 all_idle "$n"; then
         sinfo -N >&2 || true
