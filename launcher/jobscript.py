@@ -14,8 +14,8 @@ from typing import List, Optional, Tuple
 from launcher import __version__
 from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Assign, Raw, Statement, Var, join, quote, render_statement, \
-    sbatch_quote, word
+from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, sbatch_quote, \
+    word
 from launcher.spec import JobSpec
 
 
@@ -153,4 +153,4 @@ def _launch_comment(spec: JobSpec, plan: Plan) -> str:
     }[plan.mode]
 
 
-__all__ = ["render_jobscript", "sbatch_options", "quote"]
+__all__ = ["render_jobscript", "sbatch_options"]

@@ -48,6 +48,15 @@ class ContainerRuntime:
         """Argv run once per node before the launch, or [] for none."""
         return []
 
+    def cwd_guard(self, pattern: str, chars: str) -> List[Statement]:
+        """Fail loudly when the submit directory cannot be written as this runtime's bind."""
+        if not self.config.bind_cwd:
+            return []
+        kind = self.config.kind
+        return [Raw(f'case "$PWD" in *[{pattern}]*)\n'
+                    f'    echo "{kind} cannot bind the submit directory $PWD ({chars})" >&2; '
+                    'exit 1 ;;\nesac')]
+
     def srun_flags(self) -> List[Token]:
         """Extra flags for every srun that starts tasks of the program."""
         return []
@@ -69,7 +78,8 @@ class Bare(ContainerRuntime):
 class Apptainer(ContainerRuntime):
     def batch_lines(self) -> List[Statement]:
         cache = self.config.cache_dir
-        return [] if cache is None else [Assign("APPTAINER_CACHEDIR", cache, export=True)]
+        out = self.cwd_guard(":,", "it contains ':' or ','")
+        return out + ([] if cache is None else [Assign("APPTAINER_CACHEDIR", cache, export=True)])
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         nv = self.config.nv if self.config.nv is not None else self.spec.job.gpus_per_node > 0
@@ -88,7 +98,7 @@ class Enroot(ContainerRuntime):
     def batch_lines(self) -> List[Statement]:
         image = self.config.image
         assert image is not None  # the spec loader requires it
-        out: List[Statement] = []
+        out: List[Statement] = self.cwd_guard("[:space:]:,", "it contains whitespace, ':' or ','")
         if self.config.data_path is not None:
             out.append(Assign("ENROOT_DATA_PATH", self.config.data_path, export=True))
         # The name carries the image's size and mtime, so a rebuilt image gets a fresh
@@ -128,6 +138,9 @@ class Enroot(ContainerRuntime):
 
 
 class Pyxis(ContainerRuntime):
+    def batch_lines(self) -> List[Statement]:
+        return self.cwd_guard("[:space:]:,", "it contains whitespace, ':' or ','")
+
     def srun_flags(self) -> List[Token]:
         image = self.config.image
         assert image is not None  # the spec loader requires it

@@ -242,9 +242,10 @@ def parse_spec(text: str, file: str) -> JobSpec:
     top = r.mapping("", data if data is not None else {}, _TOP, required=("job", "program"))
     job = _load_job(r, top["job"], Path(file).stem)
     launch = _load_launch(r, top.get("launch", {}), job)
-    program = r.strings("program", top["program"])
-    if not program:
-        raise r.fail("program", "must name a command, e.g. [python3, train.py]", [])
+    program = r.strings("program", top["program"], empty=True)  # "" is a valid argument
+    if not program or not program[0]:
+        raise r.fail("program", "must name a command, e.g. [python3, train.py]",
+                     list(program))
     return JobSpec(source=file, job=job, site=_load_site(r, top.get("site", "generic")),
                    env=_load_env(r, top.get("env", {})),
                    runtime=_load_runtime(r, top.get("runtime", {"kind": "bare"})),

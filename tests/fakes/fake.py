@@ -34,7 +34,7 @@ def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
     log_dir.mkdir(parents=True, exist_ok=True)
     for tool in TOOLS:
         path = bin_dir / tool
-        path.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} '
+        path.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {Path(__file__).resolve()} '
                         f'{tool} "$@"\n')
         path.chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log_dir),
@@ -139,7 +139,8 @@ def apptainer(argv: List[str]) -> int:
 
 
 def enroot(argv: List[str]) -> int:
-    data = Path(os.environ.get("ENROOT_DATA_PATH", os.environ["FAKE_ENROOT_DATA"]))
+    # Never the script's ENROOT_DATA_PATH (it is recorded): tests must not write outside tmp.
+    data = Path(os.environ["FAKE_ENROOT_DATA"])
     _record("enroot", argv)
     if argv[:1] == ["list"]:
         if data.is_dir():
@@ -164,7 +165,8 @@ def enroot(argv: List[str]) -> int:
             print(f"No such file or directory: {data / name}", file=sys.stderr)
             return 1
         # Like Enroot: the container sees only the variables named with --env.
-        env = {"PATH": os.environ["PATH"], "FAKE_LOG": os.environ["FAKE_LOG"]}
+        env = {k: os.environ[k] for k in ("PATH", "FAKE_LOG", "FAKE_ENROOT_DATA",
+                                          "FAKE_PROGRAM_RC") if k in os.environ}
         for item in opts.get("--env", "").split("\0"):
             if item and item in os.environ:
                 env[item] = os.environ[item]
@@ -182,7 +184,9 @@ def sbatch(argv: List[str]) -> int:
     env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_JOB_NAME=options.get("--job-name", ""),
                SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]",
                SLURM_SUBMIT_DIR=os.getcwd())
-    done = subprocess.run(["bash", script], env=env, check=False)
+    with open(Path(os.environ["FAKE_LOG"]) / "job-4242.out", "wb") as out:  # like --output
+        done = subprocess.run(["bash", script], env=env, stdout=out, stderr=subprocess.STDOUT,
+                              check=False)
     _record("sbatch-done", [script], {"rc": done.returncode, "options": options})
     print("4242" if "--parsable" in opts else "Submitted batch job 4242")
     return 0

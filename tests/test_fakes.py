@@ -1,0 +1,260 @@
+"""Ring 2: rendered scripts run by bash with recording fakes of srun, scontrol, sbatch,
+apptainer, enroot, mpirun, torchrun_jsc and python3 on PATH (tests/fakes/fake.py).
+
+Proves what reading the text cannot: hostile values reach the program byte-identical, the
+node count comes from the allocation, per-task variables expand in each task, Enroot
+containers are created once and reused, and a failing task fails the job.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import yaml
+
+from launcher.jobscript import render_jobscript
+from launcher.spec import parse_spec
+from tests.fakes import fake
+
+pytestmark = pytest.mark.ring2
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = "sp ace 'sq' \"dq\" ;semi $(touch /tmp/pwned) `id` \\bs ü日本 $HOME %x"
+HOSTILE_NL = HOSTILE + "\nsecond line"
+
+
+class Cluster:
+    """A temp submit dir with fakes on PATH; runs scripts as a Slurm batch step would."""
+
+    def __init__(self, tmp: Path, name: str = "submit dir ü") -> None:
+        self.dir = tmp / name
+        self.dir.mkdir()
+        self.log = tmp / "log"
+        self.env = dict(os.environ, **fake.install(tmp / "bin", self.log))
+        for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "NCCL_DEBUG"):
+            self.env.pop(key, None)
+
+    def run(self, script: Path, nodes: int = 2, **extra: str) -> subprocess.CompletedProcess:
+        env = dict(self.env, SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES=str(nodes),
+                   SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]")
+        env.update(extra)
+        return subprocess.run(["bash", str(script)], cwd=self.dir, env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+
+    def records(self, prog: str = "") -> List[dict]:
+        return fake.records(self.log, prog)
+
+    def render(self, text: str, name: str = "t.yaml") -> Path:
+        spec = parse_spec(textwrap.dedent(text), name)
+        script = self.dir / name.replace(".yaml", ".job")
+        script.write_text(render_jobscript(spec), encoding="utf-8")
+        return script
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    return Cluster(tmp_path)
+
+
+@pytest.fixture
+def plain_cluster(tmp_path: Path) -> Cluster:
+    """Enroot and pyxis mounts cannot express whitespace: a submit dir without it."""
+    return Cluster(tmp_path, "submit_dir")
+
+
+def job(name: str) -> Path:
+    return ROOT / "jobs" / f"{name}.job"
+
+
+def hostile_spec(runtime: dict) -> str:
+    return yaml.safe_dump({
+        "job": {"nodes": 2, "name": HOSTILE, "gpus_per_node": 2},
+        "site": "jsc",
+        "env": {"set": {"HOSTILE": HOSTILE_NL, "PLAIN": "x"}, "pass": ["NCCL_*"]},
+        "runtime": runtime,
+        "program": ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"],
+    }, allow_unicode=True)
+
+
+def test_hostile_values_arrive_byte_identical_apptainer(cluster):
+    bind_src = f"/data/{HOSTILE.replace(':', '').replace(',', '')}"
+    (cluster.dir / "my image.sif").write_text("")
+    text = hostile_spec({"kind": "apptainer", "image": "my image.sif", "binds": [
+        {"source": bind_src, "target": "/in side", "read_only": True}]})
+    script = cluster.render(text)
+    # Through the real CLI and a fake sbatch that reads #SBATCH lines like sbatch does.
+    (cluster.dir / "t.yaml").write_text(text, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "launcher", "submit", "t.yaml"],
+                          cwd=cluster.dir, env=dict(cluster.env, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "4242\n"), done.stderr
+    assert script.read_text() == render_jobscript(parse_spec(textwrap.dedent(text), "t.yaml"))
+    assert cluster.records("sbatch-done")[0]["rc"] == 0
+    programs = cluster.records("python3")
+    assert len(programs) == 2  # one torchrun per node, one fake worker each
+    for rec in programs:
+        assert rec["argv"] == [HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"]
+        assert rec["env"]["HOSTILE"] == HOSTILE_NL and rec["env"]["PLAIN"] == "x"
+        assert rec["env"]["SLURM_JOB_NAME"] == HOSTILE
+    for rec in cluster.records("apptainer"):
+        assert rec["argv"][:6] == ["exec", "--nv", "--bind", f"{bind_src}:/in side:ro",
+                                   "--bind", str(cluster.dir)]
+        assert rec["argv"][6] == "my image.sif"
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_hostile_values_enroot_and_secrets_by_name_only(plain_cluster):
+    cluster = plain_cluster
+    (cluster.dir / "img.sqsh").write_text("squash")
+    script = cluster.render(hostile_spec({"kind": "enroot", "image": "img.sqsh"}))
+    assert "s3cr3t" not in script.read_text()
+    done = cluster.run(script, NCCL_SECRET_TOKEN="s3cr3t", NCCL_DEBUG="INFO")
+    assert done.returncode == 0, done.stderr
+    for rec in cluster.records("python3"):
+        assert rec["argv"] == [HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"]
+        assert rec["env"]["HOSTILE"] == HOSTILE_NL
+        assert rec["env"]["NCCL_SECRET_TOKEN"] == "s3cr3t"  # passed by name (NCCL_*)
+        assert rec["env"]["NCCL_DEBUG"] == "INFO"
+        assert "SLURM_JOB_NAME" not in rec["env"]  # Enroot only forwards what it is told
+
+
+def test_node_count_comes_from_the_allocation(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    done = cluster.run(job("ddp_container"), nodes=3)  # spec says 2; Slurm gave 3
+    assert done.returncode == 0, done.stderr
+    (srun,) = cluster.records("srun")
+    assert "--nodes=3" in srun["argv"] and "--ntasks-per-node=1" in srun["argv"]
+    assert "--kill-on-bad-exit=1" in srun["argv"]
+    runs = cluster.records("torchrun_jsc")
+    assert sorted(r["env"]["SLURM_NODEID"] for r in runs) == ["0", "1", "2"]
+    for rec in runs:
+        assert rec["argv"][:7] == ["--nnodes=3", "--nproc_per_node=4", "--rdzv_backend=c10d",
+                                   "--rdzv_endpoint=jwb0001i:29742", "--rdzv_id=4242",
+                                   "--max_restarts=0", "--no-python"]
+    assert cluster.records("scontrol")[0]["argv"] == ["show", "hostnames", "jwb[0001-0003]"]
+
+
+def test_per_task_variables_expand_in_each_task(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    # Batch-scope values that a wrongly scoped script would hand to every task.
+    done = cluster.run(job("ddp_srun"), SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+    assert done.returncode == 0, done.stderr
+    envs = [r["env"] for r in cluster.records("python3")]
+    assert sorted(int(e["RANK"]) for e in envs) == list(range(8))
+    for env in envs:
+        assert env["RANK"] == env["SLURM_PROCID"] and env["LOCAL_RANK"] == env["SLURM_LOCALID"]
+        assert env["NODE_RANK"] == env["SLURM_NODEID"] and env["WORLD_SIZE"] == "8"
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("jwb0001i", "29742")
+        assert int(env["LOCAL_RANK"]) == int(env["RANK"]) % 4
+
+
+def test_per_task_variables_unset_at_batch_scope_are_fine(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    done = cluster.run(job("ddp_srun"))  # set -u would abort on a batch-scope $SLURM_PROCID
+    assert done.returncode == 0, done.stderr
+
+
+def test_enroot_container_created_once_and_reused(plain_cluster):
+    cluster = plain_cluster
+    image = cluster.dir / "image.sqsh"
+    image.write_text("squashfs v1")
+    for _ in range(2):
+        done = cluster.run(job("ddp_enroot"))
+        assert done.returncode == 0, done.stderr
+    creates = [r for r in cluster.records("enroot") if r["argv"][0] == "create"]
+    assert len(creates) == 1  # first job, first node; the rest reuse it
+    name = creates[0]["argv"][2]
+    assert creates[0]["argv"] == ["create", "--name", name, "--", "image.sqsh"]
+    starts = [r for r in cluster.records("enroot") if r["argv"][0] == "start"]
+    assert len(starts) == 4 and all(name in r["argv"] for r in starts)
+    assert starts[0]["argv"][:6] == ["start", "--root", "--rw", "--mount",
+                                     f"{cluster.dir}:{cluster.dir}", name]
+    assert all(r["env"]["ENROOT_DATA_PATH"] == "/tmp/enroot-data" for r in starts)
+    image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
+    os.utime(image, (1, 1))
+    assert cluster.run(job("ddp_enroot")).returncode == 0
+    creates = [r for r in cluster.records("enroot") if r["argv"][0] == "create"]
+    assert len(creates) == 2 and creates[1]["argv"][2] != name
+
+
+def test_enroot_missing_image_fails_loudly(plain_cluster):
+    cluster = plain_cluster
+    done = cluster.run(job("ddp_enroot"))
+    assert done.returncode != 0
+    assert "image.sqsh" in done.stderr and not cluster.records("torchrun_jsc")
+
+
+def test_venv_job_activates_the_venv(cluster):
+    activate = cluster.dir / ".venv" / "bin" / "activate"
+    activate.parent.mkdir(parents=True)
+    activate.write_text(f'export VIRTUAL_ENV="{cluster.dir}/.venv"\n'
+                        'echo "$UNSET_IN_ACTIVATE" >/dev/null\n')  # not written for set -u
+    done = cluster.run(job("ddp_venv"))
+    assert done.returncode == 0, done.stderr
+    runs = cluster.records("torchrun_jsc")
+    assert len(runs) == 2 and all(r["env"]["VIRTUAL_ENV"] == f"{cluster.dir}/.venv" for r in runs)
+    assert (cluster.dir / "logs").is_dir()
+
+
+def test_horovod_srun_one_rank_per_gpu(cluster):
+    (cluster.dir / "horovod.sif").write_text("")
+    done = cluster.run(job("horovod_container"))
+    assert done.returncode == 0, done.stderr
+    (srun,) = cluster.records("srun")
+    assert "--mpi=pmix" in srun["argv"] and "--ntasks-per-node=4" in srun["argv"]
+    programs = cluster.records("python3")
+    assert len(programs) == 8 and programs[0]["argv"][-1] == "/opt/torchrun-jsc/horovod_check.py"
+
+
+def test_horovod_mpirun_one_rank_per_gpu(cluster):
+    (cluster.dir / "horovod.sif").write_text("")
+    done = cluster.run(job("horovod_mpirun"))
+    assert done.returncode == 0, done.stderr
+    (mpirun,) = cluster.records("mpirun")
+    assert mpirun["argv"][:4] == ["-np", "8", "--map-by", "ppr:4:node"]
+    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in cluster.records("python3")) == \
+        [str(i) for i in range(8)]
+
+
+def test_mpirun_starts_one_torchrun_per_node(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    done = cluster.run(job("ddp_mpirun_torchrun"))
+    assert done.returncode == 0, done.stderr
+    assert cluster.records("mpirun")[0]["argv"][:4] == ["-np", "2", "--map-by", "ppr:1:node"]
+    assert len(cluster.records("torchrun_jsc")) == 2
+
+
+def test_pyxis_flags(plain_cluster):
+    cluster = plain_cluster
+    done = cluster.run(job("ddp_pyxis"))
+    assert done.returncode == 0, done.stderr
+    (srun,) = cluster.records("srun")
+    d = cluster.dir
+    assert f"--container-image={d}/image.sqsh" in srun["argv"]
+    assert f"--container-mounts={d}:{d}" in srun["argv"]
+    assert f"--container-workdir={d}" in srun["argv"]
+
+
+def test_failing_task_fails_the_job(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    done = cluster.run(job("ddp_container"), FAKE_PROGRAM_RC="3")
+    assert done.returncode != 0
+
+
+def test_enroot_refuses_submit_dir_with_space(cluster):
+    (cluster.dir / "image.sqsh").write_text("")
+    done = cluster.run(job("ddp_enroot"))
+    assert done.returncode == 1 and "enroot cannot bind the submit directory" in done.stderr
+    assert not cluster.records("srun")
+
+
+def test_missing_nodelist_fails_loudly(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    env: Dict[str, str] = {"SLURM_JOB_NODELIST": ""}
+    done = cluster.run(job("ddp_container"), **env)
+    assert done.returncode != 0 and "no first node" in done.stderr
+    assert not cluster.records("srun")
