@@ -8,6 +8,7 @@ not root. The jobs that run on it are in test_e2e_*.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -113,3 +114,36 @@ def test_down_and_up_are_idempotent_and_leave_nothing(cluster):
     print(f"cluster up from nothing: {up_s:.1f} s")
     status = sh([*CLUSTER, "status"])
     assert status.returncode == 0 and "idle" in status.stdout, status.stdout
+
+
+HELLO_MPI = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int rank, size, sum = 0; char host[64];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gethostname(host, sizeof host);
+    MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("MPI %d/%d %s %d\n", rank, size, host, sum);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def test_srun_mpi_pmix_across_nodes(cluster, tmp_path):
+    """srun --mpi=pmix with Open MPI over the inter-node names (per-node PMIx tmpdir)."""
+    (tmp_path / "hello.c").write_text(HELLO_MPI)
+    p = sh(["mpicc", "-o", str(tmp_path / "hello"), str(tmp_path / "hello.c")])
+    assert p.returncode == 0, p.stderr
+    # Open MPI's TCP transport must be told to use the inter-node network: the hostname's
+    # address (eth0 here, as on JSC) is unreachable from the other nodes.
+    env = {**os.environ, "OMPI_MCA_btl_tcp_if_include": "10.66.0.0/16"}
+    p = sh(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "--time=1",
+            str(tmp_path / "hello")], timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("MPI "))
+    assert lines == ["MPI 0/4 jwb0001 6", "MPI 1/4 jwb0001 6", "MPI 2/4 jwb0002 6",
+                     "MPI 3/4 jwb0002 6"], p.stdout

@@ -1,0 +1,113 @@
+"""Ring 3: the checked-in jobscripts (jobs/*.job, rendered by the composer) on the local cluster.
+
+Submitted unchanged from the repository root, as a user would (`sbatch jobs/NAME.job`); only the
+batch output is redirected (-o) so that runs do not litter the checkout. Also: the same container
+job with stock torchrun fails (the network really is JSC-like), and a bad spec never reaches sbatch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ring3
+
+REPO = Path(__file__).resolve().parent.parent
+PY = os.environ.get("VENV", str(REPO / ".venv")) + "/bin/python"
+JOB_TIMEOUT_S = 300
+
+
+def run_checked_in(cluster, tmp_path: Path, jobfile: Path, name: str | None = None):
+    name = name or jobfile.stem
+    res = cluster.run_job(str(jobfile), ["-o", str(tmp_path / f"{name}-%j.out")],
+                          timeout=JOB_TIMEOUT_S, cwd=str(REPO))
+    for log in (REPO / "logs").glob(f"*-{res.job_id}.*"):  # per-node logs the job wrote
+        log.unlink()
+    print(f"{jobfile.name}: job {res.job_id} {res.state} submit->done {res.elapsed_s:.1f} s")
+    return res
+
+
+def expected_world(cluster, jobfile: Path, res) -> int:
+    nproc = cluster.nproc_per_node(str(jobfile))
+    assert nproc, f"{jobfile}: no --nproc_per_node"
+    return res.num_nodes * nproc
+
+
+def require(path: Path, how: str) -> None:
+    assert path.exists(), f"{path.name} missing: run `{how}` (ring 3 fails, never skips)"
+
+
+def test_ddp_venv_job(cluster, tmp_path):
+    job = REPO / "jobs/ddp_venv.job"
+    res = run_checked_in(cluster, tmp_path, job)
+    assert res.state == "COMPLETED", res.output
+    [summary] = res.summaries
+    assert cluster.check_summary(summary, expected_world(cluster, job, res)) == [], summary
+    assert summary["hosts"] == ["jwb0001", "jwb0002"]
+
+
+def test_ddp_container_job(cluster, tmp_path):
+    require(REPO / "image.sif", "make image")
+    job = REPO / "jobs/ddp_container.job"
+    res = run_checked_in(cluster, tmp_path, job)
+    assert res.state == "COMPLETED", res.output
+    [summary] = res.summaries
+    assert cluster.check_summary(summary, expected_world(cluster, job, res)) == [], summary
+    assert summary["hosts"] == ["jwb0001", "jwb0002"]
+
+
+def test_ddp_container_job_with_stock_torchrun_fails(cluster, tmp_path):
+    """The same jobscript with torch's own torchrun (short read timeout so it fails fast)."""
+    require(REPO / "image.sif", "make image")
+    lines = (REPO / "jobs/ddp_container.job").read_text().splitlines(keepends=True)
+    launch = [i for i, line in enumerate(lines)
+              if not line.lstrip().startswith("#") and re.search(r"\btorchrun_jsc\b", line)]
+    assert len(launch) == 1, "expected one torchrun_jsc launch line"
+    lines[launch[0]] = re.sub(r"\btorchrun_jsc\b", "torchrun --rdzv_conf=read_timeout=10",
+                              lines[launch[0]])
+    job = tmp_path / "ddp_container_stock.job"
+    job.write_text("".join(lines))
+    res = run_checked_in(cluster, tmp_path, job)
+    assert res.state == "FAILED", res.output
+    assert res.summaries == []
+    assert "RendezvousConnectionError" in res.output or "RendezvousTimeoutError" in res.output, \
+        res.output
+
+
+def jobs_named(name: str) -> list[str]:
+    """Jobs with this name that slurmctld knows (running, or ended less than MinJobAge ago)."""
+    p = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True,
+                       timeout=30, check=False)
+    return [line.split()[0] for line in p.stdout.splitlines() if f" JobName={name} " in line]
+
+
+def test_bad_spec_never_reaches_sbatch(cluster, tmp_path):
+    good = (REPO / "jobs/ddp_venv.yaml").read_text()
+    assert "nodes: 2" in good
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.replace("nodes: 2", "nodes: two"))
+    name = f"badspec-{uuid.uuid4().hex[:8]}"
+    p = subprocess.run([PY, "-m", "launcher", "submit", "-o", str(tmp_path / "bad.job"), str(bad),
+                        "--", "-J", name], capture_output=True, text=True, timeout=60,
+                       cwd=REPO, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "nodes" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "bad.job").exists()
+    assert jobs_named(name) == []
+
+    # Control: the same command with the good spec does reach Slurm (then is cancelled).
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(good)
+    name_ok = f"goodspec-{uuid.uuid4().hex[:8]}"
+    p = subprocess.run([PY, "-m", "launcher", "submit", "-o", str(tmp_path / "ok.job"), str(ok),
+                        "--", "-J", name_ok, "--hold", "-o", str(tmp_path / "ok-%j.out")],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ids = jobs_named(name_ok)
+    assert len(ids) == 1, ids
+    subprocess.run(["scancel", "--name", name_ok], timeout=30, check=True)
