@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import List, Optional, Tuple
 
 from launcher import __version__
-from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
+from launcher.plans import DEFAULT_PORT_BASE, PER_TASK_ENV, Plan, plan_launch
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, sbatch_quote, \
     word
@@ -104,6 +104,10 @@ def _geometry_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
         ]
     if plan.master_env:
         out.append(Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"'))
+    if plan.per_task_env:
+        out += [Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
+                Raw("# shellcheck disable=SC2016"),
+                Assign("task_env", PER_TASK_ENV)]
     return out
 
 
@@ -134,10 +138,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
     if plan.setup:
         lines += [f"# Once per node: {type(runtime).__name__.lower()} setup.",
                   join(plan.setup), ""]
-    lines.append(f"# Launch: {_launch_comment(spec, plan)}.")
-    if plan.per_task_env:
-        lines.append("# shellcheck disable=SC2016  # per-task variables expand in each task")
-    lines.append(join(plan.launch))
+    lines += [f"# Launch: {_launch_comment(spec, plan)}.", join(plan.launch)]
     return "\n".join(lines) + "\n"
 
 

@@ -23,13 +23,35 @@ NTASKS = Var("ntasks")
 RDZV_HOST = Var("rdzv_host")
 RDZV_PORT = Var("rdzv_port")
 JOB_ID = Var("SLURM_JOB_ID")
+TASK_ENV = Var("task_env")  # holds PER_TASK_ENV at batch scope, expanded in each task
 DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
 
 # Runs inside each srun task: map Slurm's per-task variables to what torch's env://
 # expects, then exec the real argv ("$@"), which is passed as arguments and never re-parsed.
-PER_TASK_ENV = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" '
-                'WORLD_SIZE="$SLURM_NTASKS" NODE_RANK="$SLURM_NODEID"; exec "$@"')
-PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+# Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL would bind the
+# hostname's one, which on JSC-like networks the other nodes cannot reach: unless the user
+# or the site profile set one, use the interface that routes to MASTER_ADDR (the same
+# rule torchrun_jsc applies). No fallback: an unresolvable MASTER_ADDR ends the task.
+PER_TASK_ENV = """\
+export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" \\
+    NODE_RANK="$SLURM_NODEID"
+if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
+    addr=$(getent ahostsv4 "$MASTER_ADDR") || addr=""
+    addr=${addr%%[[:space:]]*}
+    route=$(ip -o route get "$addr") || route=""
+    case "$route" in
+        "local "*) dev=$(ip -o addr show to "$addr") || dev=""; dev=${dev#*: } ;;
+        *" dev "*) dev=${route#* dev } ;;
+        *) dev="" ;;
+    esac
+    dev=${dev%%[[:space:]]*}
+    if [ -z "$dev" ]; then echo "no interface reaches MASTER_ADDR=$MASTER_ADDR" >&2; exit 1; fi
+    export GLOO_SOCKET_IFNAME="$dev" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$dev}"
+fi
+exec "$@"
+"""
+PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                  "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 @dataclass(frozen=True)
@@ -92,9 +114,10 @@ def _plan_torchrun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
 
 def _plan_srun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
     per_node = spec.launch.procs_per_node
-    task = ["bash", "-c", PER_TASK_ENV, "task", *rt.wrap(spec.program, PER_TASK_NAMES)]
+    task: List[Token] = ["bash", "-c", TASK_ENV, "task",
+                         *rt.wrap(spec.program, PER_TASK_NAMES)]
     if rt.config.kind == "pyxis":  # pyxis puts the whole task, bash included, in the image
-        task = ["bash", "-c", PER_TASK_ENV, "task", *spec.program]
+        task = ["bash", "-c", TASK_ENV, "task", *spec.program]
     return Plan("srun", per_node, True, True, False, setup_argv(spec, rt),
                 tuple(srun_argv(spec, rt, per_node)), tuple(task),
                 True, spec.job.node_output is not None)

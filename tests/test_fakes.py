@@ -35,7 +35,8 @@ class Cluster:
         self.dir.mkdir()
         self.log = tmp / "log"
         self.env = dict(os.environ, **fake.install(tmp / "bin", self.log))
-        for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "NCCL_DEBUG"):
+        for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "NCCL_DEBUG",
+                    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             self.env.pop(key, None)
 
     def run(self, script: Path, nodes: int = 2, **extra: str) -> subprocess.CompletedProcess:
@@ -150,6 +151,25 @@ def test_per_task_variables_expand_in_each_task(cluster):
         assert env["NODE_RANK"] == env["SLURM_NODEID"] and env["WORLD_SIZE"] == "8"
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("jwb0001i", "29742")
         assert int(env["LOCAL_RANK"]) == int(env["RANK"]) % 4
+        # The interface that reaches MASTER_ADDR, found on the master node (a local route)
+        # and on the others alike.
+        assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "ib0"
+
+
+def test_srun_mode_keeps_a_chosen_interface(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    done = cluster.run(job("ddp_srun"), GLOO_SOCKET_IFNAME="eth7", NCCL_SOCKET_IFNAME="ib3")
+    assert done.returncode == 0, done.stderr
+    envs = [r["env"] for r in cluster.records("python3")]
+    assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("eth7", "ib3")}
+    assert not cluster.records("ip")
+
+
+def test_srun_mode_unresolvable_master_fails_loudly(cluster):
+    (cluster.dir / "image.sif").write_text("")
+    done = cluster.run(job("ddp_srun"), FAKE_GETENT_FAIL="1")
+    assert done.returncode != 0 and "no interface reaches MASTER_ADDR=jwb0001i" in done.stderr
+    assert not cluster.records("python3")
 
 
 def test_per_task_variables_unset_at_batch_scope_are_fine(cluster):

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
-         "torchrun", "python3")
+         "torchrun", "python3", "getent", "ip")
 RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                 "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_ID",
                 "SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "HOSTILE", "PLAIN", "NCCL_DEBUG",
                 "NCCL_SECRET_TOKEN", "APPTAINER_CACHEDIR", "ENROOT_DATA_PATH", "VIRTUAL_ENV",
-                "SRUN_CPUS_PER_TASK", "OMPI_COMM_WORLD_RANK")
+                "SRUN_CPUS_PER_TASK", "OMPI_COMM_WORLD_RANK", "GLOO_SOCKET_IFNAME",
+                "NCCL_SOCKET_IFNAME")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
@@ -231,6 +232,32 @@ def _slurm_argument(line: str) -> str:
     return "".join(out)
 
 
+def getent(argv: List[str]) -> int:
+    """Names ending in 'i' resolve (the JSC inter-node names); others do not."""
+    _record("getent", argv)
+    if len(argv) == 2 and argv[1].endswith("i") and not os.environ.get("FAKE_GETENT_FAIL"):
+        print(f"10.0.0.1        STREAM {argv[1]}\n10.0.0.1        DGRAM  ")
+        return 0
+    return 2
+
+
+def ip(argv: List[str]) -> int:
+    """Node 0 owns 10.0.0.1 on ib0 (route type local); the others reach it through ib0."""
+    _record("ip", argv)
+    if argv[:3] == ["-o", "route", "get"] and argv[3:] == ["10.0.0.1"]:
+        if os.environ.get("SLURM_NODEID") == "0":
+            print("local 10.0.0.1 dev lo table local src 10.0.0.1 uid 0 \\    cache <local> ")
+        else:
+            print("10.0.0.1 dev ib0 src 10.0.0.2 uid 0 \\    cache ")
+        return 0
+    if argv[:4] == ["-o", "addr", "show", "to"] and argv[4:] == ["10.0.0.1"]:
+        print("3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\       valid_lft "
+              "forever preferred_lft forever")
+        return 0
+    print("Error: any valid prefix is expected rather than \"\".", file=sys.stderr)
+    return 1
+
+
 def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
     _record(prog, argv)
@@ -244,7 +271,7 @@ def recorder(prog: str, argv: List[str]) -> int:
 def main() -> int:
     prog, argv = sys.argv[1], sys.argv[2:]
     handlers = {"srun": srun, "mpirun": mpirun, "scontrol": scontrol, "apptainer": apptainer,
-                "enroot": enroot, "sbatch": sbatch}
+                "enroot": enroot, "sbatch": sbatch, "getent": getent, "ip": ip}
     if prog in handlers:
         return handlers[prog](argv)
     return recorder(prog, argv)
