@@ -53,9 +53,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def launcher_label(labels: Mapping[str, str]) -> Optional[str]:
     """The label that shows the image carries torchrun_jsc, or None."""
-    for key, value in sorted(labels.items()):
-        if "torchrun" in key.lower() or "launcher" in key.lower() or "torchrun_jsc" in value:
-            return f"{key}={value}"
+    tests = (lambda k, v: "launcher" in k.lower(), lambda k, v: "torchrun" in k.lower(),
+             lambda k, v: "torchrun_jsc" in v)
+    for test in tests:  # most specific first: the images label org.torchrun-jsc.launcher-version
+        for key, value in sorted(labels.items()):
+            if test(key, value):
+                return f"{key}={value}"
     return None
 
 

@@ -127,3 +127,5 @@ def test_launcher_label():
     assert launcher_label({"org.torch.version": "2.13"}) is None
     assert launcher_label({"launcher.version": "0.1.0"}) == "launcher.version=0.1.0"
     assert launcher_label({"x": "has torchrun_jsc"}) == "x=has torchrun_jsc"
+    assert launcher_label({"org.torchrun-jsc.base": "b", "org.torchrun-jsc.launcher-version":
+                           "0.1.0"}) == "org.torchrun-jsc.launcher-version=0.1.0"
