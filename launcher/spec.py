@@ -270,8 +270,15 @@ def _load_job(r: _Reader, value: Any, default_name: str) -> Job:
         raise r.fail("job.time", "must be a Slurm time like 30, 00:30:00 or 1-12:00:00", m["time"])
     cpus = m.get("cpus_per_task")
     node_output = m.get("node_output", Job.node_output)
+    name = s("name") or default_name
+    # Slurm pastes the name into file names: '/' names a missing directory, and srun
+    # fails its IO setup ("could not connect IO") on a backslash.
+    if any(c in name for c in "/\\") and any("%x" in str(m.get(k, getattr(Job, k)) or "")
+                                            for k in ("output", "error", "node_output")):
+        raise r.fail("job.name", "must not contain '/' or '\\' while an output file pattern "
+                     "uses %x", name)
     return Job(
-        name=s("name") or default_name,
+        name=name,
         nodes=r.integer("job.nodes", m["nodes"], 1, 100000),
         time=time, partition=s("partition"), account=s("account"),
         cpus_per_task=None if cpus is None else r.integer("job.cpus_per_task", cpus, 1, 4096),

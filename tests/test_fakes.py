@@ -23,7 +23,8 @@ from tests.fakes import fake
 pytestmark = pytest.mark.ring2
 
 ROOT = Path(__file__).resolve().parent.parent
-HOSTILE = "sp ace 'sq' \"dq\" ;semi $(touch /tmp/pwned) `id` \\bs ü日本 $HOME %x"
+HOSTILE = "sp ace 'sq' \"dq\" ;semi $(touch pwned) `id` \\bs ü日本 $HOME %x"
+HOSTILE_NAME = HOSTILE.replace("\\", "")  # Slurm cannot put a backslash in file names
 HOSTILE_NL = HOSTILE + "\nsecond line"
 
 
@@ -57,12 +58,12 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Cluster:
+def fakes(tmp_path: Path) -> Cluster:
     return Cluster(tmp_path)
 
 
 @pytest.fixture
-def plain_cluster(tmp_path: Path) -> Cluster:
+def plain_fakes(tmp_path: Path) -> Cluster:
     """Enroot and pyxis mounts cannot express whitespace: a submit dir without it."""
     return Cluster(tmp_path, "submit_dir")
 
@@ -73,7 +74,7 @@ def job(name: str) -> Path:
 
 def hostile_spec(runtime: dict) -> str:
     return yaml.safe_dump({
-        "job": {"nodes": 2, "name": HOSTILE, "gpus_per_node": 2},
+        "job": {"nodes": 2, "name": HOSTILE_NAME, "gpus_per_node": 2},
         "site": "jsc",
         "env": {"set": {"HOSTILE": HOSTILE_NL, "PLAIN": "x"}, "pass": ["NCCL_*"]},
         "runtime": runtime,
@@ -81,41 +82,41 @@ def hostile_spec(runtime: dict) -> str:
     }, allow_unicode=True)
 
 
-def test_hostile_values_arrive_byte_identical_apptainer(cluster):
+def test_hostile_values_arrive_byte_identical_apptainer(fakes):
     bind_src = f"/data/{HOSTILE.replace(':', '').replace(',', '')}"
-    (cluster.dir / "my image.sif").write_text("")
+    (fakes.dir / "my image.sif").write_text("")
     text = hostile_spec({"kind": "apptainer", "image": "my image.sif", "binds": [
         {"source": bind_src, "target": "/in side", "read_only": True}]})
-    script = cluster.render(text)
+    script = fakes.render(text)
     # Through the real CLI and a fake sbatch that reads #SBATCH lines like sbatch does.
-    (cluster.dir / "t.yaml").write_text(text, encoding="utf-8")
+    (fakes.dir / "t.yaml").write_text(text, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "launcher", "submit", "t.yaml"],
-                          cwd=cluster.dir, env=dict(cluster.env, PYTHONPATH=str(ROOT)),
+                          cwd=fakes.dir, env=dict(fakes.env, PYTHONPATH=str(ROOT)),
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout) == (0, "4242\n"), done.stderr
     assert script.read_text() == render_jobscript(parse_spec(textwrap.dedent(text), "t.yaml"))
-    assert cluster.records("sbatch-done")[0]["rc"] == 0
-    programs = cluster.records("python3")
+    assert fakes.records("sbatch-done")[0]["rc"] == 0
+    programs = fakes.records("python3")
     assert len(programs) == 2  # one torchrun per node, one fake worker each
     for rec in programs:
         assert rec["argv"] == [HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"]
         assert rec["env"]["HOSTILE"] == HOSTILE_NL and rec["env"]["PLAIN"] == "x"
-        assert rec["env"]["SLURM_JOB_NAME"] == HOSTILE
-    for rec in cluster.records("apptainer"):
+        assert rec["env"]["SLURM_JOB_NAME"] == HOSTILE_NAME
+    for rec in fakes.records("apptainer"):
         assert rec["argv"][:6] == ["exec", "--nv", "--bind", f"{bind_src}:/in side:ro",
-                                   "--bind", str(cluster.dir)]
+                                   "--bind", str(fakes.dir)]
         assert rec["argv"][6] == "my image.sif"
-    assert not Path("/tmp/pwned").exists()
+    assert not list(fakes.dir.parent.rglob("pwned*"))
 
 
-def test_hostile_values_enroot_and_secrets_by_name_only(plain_cluster):
-    cluster = plain_cluster
-    (cluster.dir / "img.sqsh").write_text("squash")
-    script = cluster.render(hostile_spec({"kind": "enroot", "image": "img.sqsh"}))
+def test_hostile_values_enroot_and_secrets_by_name_only(plain_fakes):
+    fakes = plain_fakes
+    (fakes.dir / "img.sqsh").write_text("squash")
+    script = fakes.render(hostile_spec({"kind": "enroot", "image": "img.sqsh"}))
     assert "s3cr3t" not in script.read_text()
-    done = cluster.run(script, NCCL_SECRET_TOKEN="s3cr3t", NCCL_DEBUG="INFO")
+    done = fakes.run(script, NCCL_SECRET_TOKEN="s3cr3t", NCCL_DEBUG="INFO")
     assert done.returncode == 0, done.stderr
-    for rec in cluster.records("python3"):
+    for rec in fakes.records("python3"):
         assert rec["argv"] == [HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"]
         assert rec["env"]["HOSTILE"] == HOSTILE_NL
         assert rec["env"]["NCCL_SECRET_TOKEN"] == "s3cr3t"  # passed by name (NCCL_*)
@@ -123,28 +124,28 @@ def test_hostile_values_enroot_and_secrets_by_name_only(plain_cluster):
         assert "SLURM_JOB_NAME" not in rec["env"]  # Enroot only forwards what it is told
 
 
-def test_node_count_comes_from_the_allocation(cluster):
-    (cluster.dir / "image.sif").write_text("")
-    done = cluster.run(job("ddp_container"), nodes=3)  # spec says 2; Slurm gave 3
+def test_node_count_comes_from_the_allocation(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_container"), nodes=3)  # spec says 2; Slurm gave 3
     assert done.returncode == 0, done.stderr
-    (srun,) = cluster.records("srun")
+    (srun,) = fakes.records("srun")
     assert "--nodes=3" in srun["argv"] and "--ntasks-per-node=1" in srun["argv"]
     assert "--kill-on-bad-exit=1" in srun["argv"]
-    runs = cluster.records("torchrun_jsc")
+    runs = fakes.records("torchrun_jsc")
     assert sorted(r["env"]["SLURM_NODEID"] for r in runs) == ["0", "1", "2"]
     for rec in runs:
         assert rec["argv"][:7] == ["--nnodes=3", "--nproc_per_node=4", "--rdzv_backend=c10d",
                                    "--rdzv_endpoint=jwb0001i:29742", "--rdzv_id=4242",
                                    "--max_restarts=0", "--no-python"]
-    assert cluster.records("scontrol")[0]["argv"] == ["show", "hostnames", "jwb[0001-0003]"]
+    assert fakes.records("scontrol")[0]["argv"] == ["show", "hostnames", "jwb[0001-0003]"]
 
 
-def test_per_task_variables_expand_in_each_task(cluster):
-    (cluster.dir / "image.sif").write_text("")
+def test_per_task_variables_expand_in_each_task(fakes):
+    (fakes.dir / "image.sif").write_text("")
     # Batch-scope values that a wrongly scoped script would hand to every task.
-    done = cluster.run(job("ddp_srun"), SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+    done = fakes.run(job("ddp_srun"), SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
     assert done.returncode == 0, done.stderr
-    envs = [r["env"] for r in cluster.records("python3")]
+    envs = [r["env"] for r in fakes.records("python3")]
     assert sorted(int(e["RANK"]) for e in envs) == list(range(8))
     for env in envs:
         assert env["RANK"] == env["SLURM_PROCID"] and env["LOCAL_RANK"] == env["SLURM_LOCALID"]
@@ -156,125 +157,125 @@ def test_per_task_variables_expand_in_each_task(cluster):
         assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "ib0"
 
 
-def test_srun_mode_keeps_a_chosen_interface(cluster):
-    (cluster.dir / "image.sif").write_text("")
-    done = cluster.run(job("ddp_srun"), GLOO_SOCKET_IFNAME="eth7", NCCL_SOCKET_IFNAME="ib3")
+def test_srun_mode_keeps_a_chosen_interface(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_srun"), GLOO_SOCKET_IFNAME="eth7", NCCL_SOCKET_IFNAME="ib3")
     assert done.returncode == 0, done.stderr
-    envs = [r["env"] for r in cluster.records("python3")]
+    envs = [r["env"] for r in fakes.records("python3")]
     assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("eth7", "ib3")}
-    assert not cluster.records("ip")
+    assert not fakes.records("ip")
 
 
-def test_srun_mode_unresolvable_master_fails_loudly(cluster):
-    (cluster.dir / "image.sif").write_text("")
-    done = cluster.run(job("ddp_srun"), FAKE_GETENT_FAIL="1")
+def test_srun_mode_unresolvable_master_fails_loudly(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_srun"), FAKE_GETENT_FAIL="1")
     assert done.returncode != 0 and "no interface reaches MASTER_ADDR=jwb0001i" in done.stderr
-    assert not cluster.records("python3")
+    assert not fakes.records("python3")
 
 
-def test_per_task_variables_unset_at_batch_scope_are_fine(cluster):
-    (cluster.dir / "image.sif").write_text("")
-    done = cluster.run(job("ddp_srun"))  # set -u would abort on a batch-scope $SLURM_PROCID
+def test_per_task_variables_unset_at_batch_scope_are_fine(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_srun"))  # set -u would abort on a batch-scope $SLURM_PROCID
     assert done.returncode == 0, done.stderr
 
 
-def test_enroot_container_created_once_and_reused(plain_cluster):
-    cluster = plain_cluster
-    image = cluster.dir / "image.sqsh"
+def test_enroot_container_created_once_and_reused(plain_fakes):
+    fakes = plain_fakes
+    image = fakes.dir / "image.sqsh"
     image.write_text("squashfs v1")
     for _ in range(2):
-        done = cluster.run(job("ddp_enroot"))
+        done = fakes.run(job("ddp_enroot"))
         assert done.returncode == 0, done.stderr
-    creates = [r for r in cluster.records("enroot") if r["argv"][0] == "create"]
+    creates = [r for r in fakes.records("enroot") if r["argv"][0] == "create"]
     assert len(creates) == 1  # first job, first node; the rest reuse it
     name = creates[0]["argv"][2]
     assert creates[0]["argv"] == ["create", "--name", name, "--", "image.sqsh"]
-    starts = [r for r in cluster.records("enroot") if r["argv"][0] == "start"]
+    starts = [r for r in fakes.records("enroot") if r["argv"][0] == "start"]
     assert len(starts) == 4 and all(name in r["argv"] for r in starts)
     assert starts[0]["argv"][:6] == ["start", "--root", "--rw", "--mount",
-                                     f"{cluster.dir}:{cluster.dir}", name]
+                                     f"{fakes.dir}:{fakes.dir}", name]
     assert all(r["env"]["ENROOT_DATA_PATH"] == "/tmp/enroot-data" for r in starts)
     image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
     os.utime(image, (1, 1))
-    assert cluster.run(job("ddp_enroot")).returncode == 0
-    creates = [r for r in cluster.records("enroot") if r["argv"][0] == "create"]
+    assert fakes.run(job("ddp_enroot")).returncode == 0
+    creates = [r for r in fakes.records("enroot") if r["argv"][0] == "create"]
     assert len(creates) == 2 and creates[1]["argv"][2] != name
 
 
-def test_enroot_missing_image_fails_loudly(plain_cluster):
-    cluster = plain_cluster
-    done = cluster.run(job("ddp_enroot"))
+def test_enroot_missing_image_fails_loudly(plain_fakes):
+    fakes = plain_fakes
+    done = fakes.run(job("ddp_enroot"))
     assert done.returncode != 0
-    assert "image.sqsh" in done.stderr and not cluster.records("torchrun_jsc")
+    assert "image.sqsh" in done.stderr and not fakes.records("torchrun_jsc")
 
 
-def test_venv_job_activates_the_venv(cluster):
-    activate = cluster.dir / ".venv" / "bin" / "activate"
+def test_venv_job_activates_the_venv(fakes):
+    activate = fakes.dir / ".venv" / "bin" / "activate"
     activate.parent.mkdir(parents=True)
-    activate.write_text(f'export VIRTUAL_ENV="{cluster.dir}/.venv"\n'
+    activate.write_text(f'export VIRTUAL_ENV="{fakes.dir}/.venv"\n'
                         'echo "$UNSET_IN_ACTIVATE" >/dev/null\n')  # not written for set -u
-    done = cluster.run(job("ddp_venv"))
+    done = fakes.run(job("ddp_venv"))
     assert done.returncode == 0, done.stderr
-    runs = cluster.records("torchrun_jsc")
-    assert len(runs) == 2 and all(r["env"]["VIRTUAL_ENV"] == f"{cluster.dir}/.venv" for r in runs)
-    assert (cluster.dir / "logs").is_dir()
+    runs = fakes.records("torchrun_jsc")
+    assert len(runs) == 2 and all(r["env"]["VIRTUAL_ENV"] == f"{fakes.dir}/.venv" for r in runs)
+    assert (fakes.dir / "logs").is_dir()
 
 
-def test_horovod_srun_one_rank_per_gpu(cluster):
-    (cluster.dir / "horovod.sif").write_text("")
-    done = cluster.run(job("horovod_container"))
+def test_horovod_srun_one_rank_per_gpu(fakes):
+    (fakes.dir / "horovod.sif").write_text("")
+    done = fakes.run(job("horovod_container"))
     assert done.returncode == 0, done.stderr
-    (srun,) = cluster.records("srun")
+    (srun,) = fakes.records("srun")
     assert "--mpi=pmix" in srun["argv"] and "--ntasks-per-node=4" in srun["argv"]
-    programs = cluster.records("python3")
+    programs = fakes.records("python3")
     assert len(programs) == 8 and programs[0]["argv"][-1] == "/opt/torchrun-jsc/horovod_check.py"
 
 
-def test_horovod_mpirun_one_rank_per_gpu(cluster):
-    (cluster.dir / "horovod.sif").write_text("")
-    done = cluster.run(job("horovod_mpirun"))
+def test_horovod_mpirun_one_rank_per_gpu(fakes):
+    (fakes.dir / "horovod.sif").write_text("")
+    done = fakes.run(job("horovod_mpirun"))
     assert done.returncode == 0, done.stderr
-    (mpirun,) = cluster.records("mpirun")
+    (mpirun,) = fakes.records("mpirun")
     assert mpirun["argv"][:4] == ["-np", "8", "--map-by", "ppr:4:node"]
-    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in cluster.records("python3")) == \
+    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in fakes.records("python3")) == \
         [str(i) for i in range(8)]
 
 
-def test_mpirun_starts_one_torchrun_per_node(cluster):
-    (cluster.dir / "image.sif").write_text("")
-    done = cluster.run(job("ddp_mpirun_torchrun"))
+def test_mpirun_starts_one_torchrun_per_node(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_mpirun_torchrun"))
     assert done.returncode == 0, done.stderr
-    assert cluster.records("mpirun")[0]["argv"][:4] == ["-np", "2", "--map-by", "ppr:1:node"]
-    assert len(cluster.records("torchrun_jsc")) == 2
+    assert fakes.records("mpirun")[0]["argv"][:4] == ["-np", "2", "--map-by", "ppr:1:node"]
+    assert len(fakes.records("torchrun_jsc")) == 2
 
 
-def test_pyxis_flags(plain_cluster):
-    cluster = plain_cluster
-    done = cluster.run(job("ddp_pyxis"))
+def test_pyxis_flags(plain_fakes):
+    fakes = plain_fakes
+    done = fakes.run(job("ddp_pyxis"))
     assert done.returncode == 0, done.stderr
-    (srun,) = cluster.records("srun")
-    d = cluster.dir
+    (srun,) = fakes.records("srun")
+    d = fakes.dir
     assert f"--container-image={d}/image.sqsh" in srun["argv"]
     assert f"--container-mounts={d}:{d}" in srun["argv"]
     assert f"--container-workdir={d}" in srun["argv"]
 
 
-def test_failing_task_fails_the_job(cluster):
-    (cluster.dir / "image.sif").write_text("")
-    done = cluster.run(job("ddp_container"), FAKE_PROGRAM_RC="3")
+def test_failing_task_fails_the_job(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_container"), FAKE_PROGRAM_RC="3")
     assert done.returncode != 0
 
 
-def test_enroot_refuses_submit_dir_with_space(cluster):
-    (cluster.dir / "image.sqsh").write_text("")
-    done = cluster.run(job("ddp_enroot"))
+def test_enroot_refuses_submit_dir_with_space(fakes):
+    (fakes.dir / "image.sqsh").write_text("")
+    done = fakes.run(job("ddp_enroot"))
     assert done.returncode == 1 and "enroot cannot bind the submit directory" in done.stderr
-    assert not cluster.records("srun")
+    assert not fakes.records("srun")
 
 
-def test_missing_nodelist_fails_loudly(cluster):
-    (cluster.dir / "image.sif").write_text("")
+def test_missing_nodelist_fails_loudly(fakes):
+    (fakes.dir / "image.sif").write_text("")
     env: Dict[str, str] = {"SLURM_JOB_NODELIST": ""}
-    done = cluster.run(job("ddp_container"), **env)
+    done = fakes.run(job("ddp_container"), **env)
     assert done.returncode != 0 and "no first node" in done.stderr
-    assert not cluster.records("srun")
+    assert not fakes.records("srun")

@@ -105,6 +105,9 @@ def test_full_spec_round_trip():
      "x.yaml: job.time: must be a Slurm time like 30, 00:30:00 or 1-12:00:00, got '10 minutes'"),
     ("job: {nodes: 1, name: \"a\\nb\"}\nprogram: [x]",
      "x.yaml: job.name: must not contain a newline, got 'a\\nb'"),
+    ("job: {nodes: 1, name: a/b}\nprogram: [x]",
+     "x.yaml: job.name: must not contain '/' or '\\' while an output file pattern uses %x, "
+     "got 'a/b'"),
     ("job: {nodes: 1, sbatch: {nodes: 3}}\nprogram: [x]",
      "x.yaml: job.sbatch.nodes: is written by the composer; set job.nodes instead"),
     ("job: {nodes: 1, node_output: 'logs/%j/n%n.out'}\nprogram: [x]",
