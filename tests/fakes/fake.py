@@ -88,12 +88,10 @@ def _options(argv: Sequence[str], with_value: Tuple[str, ...]) -> Tuple[Dict[str
 
 
 def _run_tasks(cmd: List[str], tasks: List[Dict[str, str]]) -> int:
-    worst = 0
-    for task_env in tasks:
-        env = dict(os.environ, **task_env)
-        rc = subprocess.run(cmd, env=env, check=False).returncode
-        worst = worst or rc
-    return worst
+    """Start every task at once (as srun does), wait for all; the first failure wins."""
+    procs = [subprocess.Popen(cmd, env=dict(os.environ, **task_env)) for task_env in tasks]
+    codes = [p.wait(timeout=120) for p in procs]
+    return next((c for c in codes if c), 0)
 
 
 def srun(argv: List[str]) -> int:
