@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Build the project's container images (called by `make image|horovod-image|enroot-image`).
+#
+#   build-image.sh base NAME        containers/base-NAME.def -> build/base-NAME.sif
+#   build-image.sh image NAME       containers/pytorch.def on build/base-NAME.sif -> image.sif
+#   build-image.sh horovod NAME     containers/horovod.def on build/base-NAME.sif -> horovod.sif
+#   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
+#   build-image.sh commit           print the git commit the image label records
+#
+# Every output is written to a temporary name next to it and renamed only after the build
+# (and, for images, `apptainer test`) succeeded: a failed or interrupted build leaves the
+# previous image untouched and no half-written file. Failures end with one line saying
+# what to do. Durations go to build/image-times.json (read by `make bench`).
+# Environment: FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor, zstd),
+# TORCH_WHEEL (local base), DOCKER_FROM (docker base), MIRROR (Debian mirror), PY (host python).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+build=$repo/build
+TORCH_WHEEL=${TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}
+DOCKER_FROM=${DOCKER_FROM:-pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+COMPRESS=${COMPRESS:-zstd}
+PY=${PY:-${VENV:-$repo/.venv}/bin/python}
+HOROVOD_VERSION=0.28.1
+
+die() { echo "build-image: $*" >&2; exit 1; }
+
+git_commit() {
+    local sha
+    sha=$(git -C "$repo" rev-parse HEAD 2>/dev/null) || { echo unknown; return; }
+    # "-dirty": the image holds uncommitted changes of what it is built from.
+    if [ -n "$(git -C "$repo" status --porcelain -- launcher pyproject.toml containers 2>/dev/null)" ]; then
+        sha="$sha-dirty"
+    fi
+    echo "$sha"
+}
+
+check_apptainer() {
+    command -v apptainer >/dev/null ||
+        die "apptainer not found on PATH: install Apptainer >= 1.1 (on this project's Debian hosts: sudo bash scripts/setup.sh), then rerun"
+}
+
+# Refuse early, before touching anything, when a build cannot work here.
+preflight() {
+    check_apptainer
+    if [ "${FAKEROOT:-0}" != 1 ] && [ "$(id -u)" != 0 ]; then
+        die "building images needs root: run as root (sudo make ...), or FAKEROOT=1 make ... to build unprivileged with apptainer build --fakeroot (needs /etc/subuid entries; the local base's debootstrap needs real root)"
+    fi
+    mkdir -p "$build/logs"
+}
+
+# Options every `apptainer build` gets.
+build_options() {
+    local opts=(--notest)
+    if [ "${FAKEROOT:-0}" = 1 ]; then opts+=(--fakeroot); fi
+    case $COMPRESS in
+        zstd) opts+=(--mksquashfs-args "-comp zstd -Xcompression-level 3") ;;
+        gzip) ;;
+        *) opts+=(--mksquashfs-args "-comp $COMPRESS") ;;
+    esac
+    printf '%s\0' "${opts[@]}"
+}
+
+# Concurrent `make image` runs (tests, demo) build one after the other.
+lock() {
+    exec 9>"$build/.lock-$1"
+    flock 9
+}
+
+# Hosts whose capability bounding set lacks CAP_SYS_RESOURCE (bit 24; this VM) make root
+# builds fail in %post unless apptainer drops it; APPTAINER_* variables are scrubbed by
+# build, the SINGULARITY_ spelling passes.
+export_drop_caps() {
+    local bnd
+    bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
+    if (( ((16#$bnd) >> 24 & 1) == 0 )); then
+        export SINGULARITY_DROP_CAPS=${SINGULARITY_DROP_CAPS:-CAP_SYS_RESOURCE}
+    fi
+}
+
+# record KEY SECONDS: merge one duration into build/image-times.json.
+record() {
+    local key=$1 secs=$2
+    mkdir -p "$build"
+    python3 - "$build/image-times.json" "$key" "$secs" <<'PY'
+import json, os, sys, time
+path, key, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+try:
+    with open(path) as f:
+        data = json.load(f)
+except (OSError, ValueError):
+    data = {}
+data[key] = round(secs, 1)
+data.setdefault("_recorded", {})[key] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+data["cpus"] = os.cpu_count()
+tmp = path + ".tmp"
+with open(tmp, "w") as f:
+    json.dump(data, f, indent=1, sort_keys=True)
+    f.write("\n")
+os.replace(tmp, path)
+PY
+}
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+tmp_out=""
+cleanup() { if [ -n "$tmp_out" ]; then rm -f "$tmp_out"; fi; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# apptainer_build OUT DEF HINT [--build-arg K=V ...]: build into a temp name, keep a log;
+# on failure print the log tail and HINT (what to do) as the last line.
+apptainer_build() {
+    local out=$1 def=$2 hint=$3
+    shift 3
+    local name log opts=()
+    name=$(basename "$out")
+    log=$build/logs/$name.log
+    mkdir -p "$build/logs" "$(dirname "$out")"
+    while IFS= read -r -d '' o; do opts+=("$o"); done < <(build_options)
+    export_drop_caps
+    tmp_out=$(dirname "$out")/.$name.tmp.$$
+    rm -f "$tmp_out"
+    echo "build-image: building $out from $def (log: ${log#"$repo"/})"
+    if ! apptainer build "${opts[@]}" "$@" "$tmp_out" "$def" >"$log" 2>&1; then
+        grep -E '^(FATAL|ERROR)' "$log" | tail -n 3 >&2 || true
+        die "$hint (full log: ${log#"$repo"/})"
+    fi
+}
+
+# run_test SIF LOGNAME: `apptainer test` before the image replaces the old one.
+run_test() {
+    local sif=$1 log=$build/logs/$2.test.log
+    if ! timeout 900 apptainer test "$sif" >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        die "the new image failed its %test, previous image kept (log: ${log#"$repo"/})"
+    fi
+}
+
+commit_output() { mv -f "$tmp_out" "$1"; tmp_out=""; echo "build-image: wrote $1"; }
+
+base_sif() { echo "$build/base-$1.sif"; }
+
+base_desc() {
+    case $1 in
+        local) echo "debootstrap:bookworm+$(basename "$TORCH_WHEEL")" ;;
+        docker) echo "docker://$DOCKER_FROM" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# Host-side wheelhouse: pip inside the container cannot verify HTTPS on every site.
+fill_torch_wheelhouse() {
+    local dir=$build/wheelhouse/torch stamp
+    [ -f "$TORCH_WHEEL" ] ||
+        die "torch wheel $TORCH_WHEEL not found: set TORCH_WHEEL=/path/to/torch-*-cp311-*.whl, or use BASE=docker"
+    stamp=$dir/.complete-$(basename "$TORCH_WHEEL")
+    [ -f "$stamp" ] && return 0
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$PY" -m pip download -q -d "$dir" --only-binary :all: \
+        --find-links "$(dirname "$TORCH_WHEEL")" "$TORCH_WHEEL" numpy ||
+        die "could not fill the wheelhouse with torch's dependencies (pip download failed): check PyPI access from this host"
+    touch "$stamp"
+}
+
+# Horovod's runtime deps, plus what its setup.py needs at build time (cffi, wheel).
+HOROVOD_DEPS=(cloudpickle psutil packaging pyyaml cffi wheel)
+
+fill_horovod_wheelhouse() {
+    local dir=$build/wheelhouse/horovod stamp
+    stamp=$dir/.complete-$HOROVOD_VERSION-$(echo "${HOROVOD_DEPS[*]}" | md5sum | cut -c1-8)
+    [ -f "$stamp" ] && return 0
+    mkdir -p "$dir"
+    if ! "$PY" -m pip download -q -d "$dir" --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" ||
+       ! "$PY" -m pip download -q -d "$dir" --only-binary :all: "${HOROVOD_DEPS[@]}"; then
+        die "could not download horovod $HOROVOD_VERSION's sdist and deps (pip download failed): check PyPI access from this host"
+    fi
+    touch "$stamp"
+}
+
+cmd_base() {
+    local name=${1:?base name: local or docker} out start args=()
+    out=$(base_sif "$name")
+    [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local or BASE=docker (containers/base-*.def)"
+    preflight
+    lock "base-$name"
+    # Another make may have built it while this one waited for the lock.
+    if [ "$out" -nt "containers/base-$name.def" ] && { [ "$name" != local ] || [ "$out" -nt "$TORCH_WHEEL" ]; }; then
+        echo "build-image: $out is up to date"
+        return 0
+    fi
+    case $name in
+        local)
+            fill_torch_wheelhouse
+            args=(--build-arg "MIRROR=$MIRROR" --build-arg "WHEELHOUSE=$build/wheelhouse/torch"
+                  --build-arg "TORCH_REQ=torch==$(basename "$TORCH_WHEEL" | cut -d- -f2)")
+            hint="could not build the local base: check http access to $MIRROR (MIRROR=... picks another Debian mirror)" ;;
+        docker)
+            args=(--build-arg "FROM=$DOCKER_FROM")
+            hint="could not fetch docker://$DOCKER_FROM: check registry access (or apptainer registry login), or build on the local base: make image BASE=local" ;;
+        *) hint="could not build base '$name'" ;;
+    esac
+    start=$(now)
+    apptainer_build "$out" "containers/base-$name.def" "$hint" "${args[@]}"
+    commit_output "$out"
+    record "base-${name}_build_s" "$(elapsed "$start")"
+}
+
+stage_launcher() {
+    local stage=$build/stage/launcher-src
+    rm -rf "$stage"
+    mkdir -p "$stage"
+    local extra=()
+    for f in README.md LICENSE; do [ -f "$f" ] && extra+=("$f"); done
+    tar -cf - --exclude=__pycache__ --exclude='*.pyc' pyproject.toml launcher "${extra[@]}" |
+        tar -xf - -C "$stage"
+    echo "$stage"
+}
+
+cmd_image() {
+    local name=${1:?base name} out=${2:-$repo/image.sif} base start stage
+    preflight
+    lock image
+    base=$(base_sif "$name")
+    [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make image builds it)"
+    stage=$(stage_launcher)
+    start=$(now)
+    apptainer_build "$out" containers/pytorch.def "could not build $out on $base" \
+        --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
+        --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "LAUNCHER_SRC=$stage" \
+        --build-arg "FILES=$repo/containers/files"
+    record image_build_s "$(elapsed "$start")"
+    start=$(now)
+    run_test "$tmp_out" image
+    record image_test_s "$(elapsed "$start")"
+    commit_output "$out"
+}
+
+cmd_horovod() {
+    local name=${1:?base name} out=${2:-$repo/horovod.sif} base start gpu=none
+    preflight
+    lock horovod
+    base=$(base_sif "$name")
+    [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make horovod-image builds it)"
+    [ "$name" = docker ] && gpu=NCCL
+    fill_horovod_wheelhouse
+    start=$(now)
+    apptainer_build "$out" containers/horovod.def "could not build $out on $base" \
+        --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
+        --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "WHEELHOUSE=$build/wheelhouse/horovod" \
+        --build-arg "HOROVOD_VERSION=$HOROVOD_VERSION" --build-arg "GPU_OPERATIONS=$gpu" \
+        --build-arg "PY_DEPS=${HOROVOD_DEPS[*]}" \
+        --build-arg "FILES=$repo/containers/files"
+    record horovod_build_s "$(elapsed "$start")"
+    start=$(now)
+    run_test "$tmp_out" horovod
+    record horovod_test_s "$(elapsed "$start")"
+    commit_output "$out"
+}
+
+# Enroot accepts the SIF's root filesystem partition (a plain squashfs) as is.
+cmd_enroot() {
+    local sif=${1:-$repo/image.sif} out=${2:-$repo/image.sqsh} id start
+    check_apptainer
+    mkdir -p "$build"
+    [ -f "$sif" ] || die "$sif missing: make image first"
+    start=$(now)
+    id=$(apptainer sif list "$sif" | awk -F'|' '$5 ~ /FS \(Squashfs\/\*System/ {gsub(/ /, "", $1); print $1; exit}')
+    [ -n "$id" ] || die "no squashfs root filesystem partition in $sif (apptainer sif list $sif)"
+    tmp_out=$(dirname "$out")/.$(basename "$out").tmp.$$
+    apptainer sif dump "$id" "$sif" >"$tmp_out" || die "apptainer sif dump $id $sif failed"
+    commit_output "$out"
+    record enroot_dump_s "$(elapsed "$start")"
+}
+
+case ${1:-} in
+    base) cmd_base "${@:2}" ;;
+    image) cmd_image "${@:2}" ;;
+    horovod) cmd_horovod "${@:2}" ;;
+    enroot) cmd_enroot "${@:2}" ;;
+    commit) git_commit ;;
+    *) die "usage: build-image.sh base|image|horovod NAME | enroot [SIF [SQSH]] | commit" ;;
+esac
