@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import List, Optional, Tuple
 
 from launcher import __version__
-from launcher.plans import DEFAULT_PORT_BASE, PER_TASK_ENV, Plan, plan_launch
+from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, sbatch_quote, \
     word
@@ -104,10 +104,10 @@ def _geometry_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
         ]
     if plan.master_env:
         out.append(Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"'))
-    if plan.per_task_env:
+    if plan.task_env:
         out += [Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
                 Raw("# shellcheck disable=SC2016"),
-                Assign("task_env", PER_TASK_ENV)]
+                Assign("task_env", plan.task_env)]
     return out
 
 

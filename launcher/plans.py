@@ -23,18 +23,21 @@ NTASKS = Var("ntasks")
 RDZV_HOST = Var("rdzv_host")
 RDZV_PORT = Var("rdzv_port")
 JOB_ID = Var("SLURM_JOB_ID")
-TASK_ENV = Var("task_env")  # holds PER_TASK_ENV at batch scope, expanded in each task
+TASK_ENV = Var("task_env")  # holds the task script at batch scope, expanded in each task
 DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
 
-# Runs inside each srun task: map Slurm's per-task variables to what torch's env://
-# expects, then exec the real argv ("$@"), which is passed as arguments and never re-parsed.
-# Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL would bind the
-# hostname's one, which on JSC-like networks the other nodes cannot reach: unless the user
-# or the site profile set one, use the interface that routes to MASTER_ADDR (the same
-# rule torchrun_jsc applies). No fallback: an unresolvable MASTER_ADDR ends the task.
-PER_TASK_ENV = """\
+# Scripts that each started task runs (bash -c "$task_env" task ARGV...), so per-task
+# values expand in the task; the real argv comes as arguments ("$@") and is never re-parsed.
+# srun mode maps Slurm's per-task variables to what torch's env:// expects.
+RANKS_FROM_SLURM = """\
 export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" \\
     NODE_RANK="$SLURM_NODEID"
+"""
+# Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL/Open MPI would use
+# the hostname's one, which on JSC-like networks the other nodes cannot reach: unless the
+# user or the site profile set one, use the interface that routes to MASTER_ADDR (the rule
+# torchrun_jsc applies). No fallback: an unresolvable MASTER_ADDR ends the task.
+SOCKET_IFNAME = """\
 if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
     addr=$(getent ahostsv4 "$MASTER_ADDR") || addr=""
     addr=${addr%%[[:space:]]*}
@@ -46,12 +49,21 @@ if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
     esac
     dev=${dev%%[[:space:]]*}
     if [ -z "$dev" ]; then echo "no interface reaches MASTER_ADDR=$MASTER_ADDR" >&2; exit 1; fi
-    export GLOO_SOCKET_IFNAME="$dev" NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$dev}"
+    export GLOO_SOCKET_IFNAME="$dev"
 fi
-exec "$@"
+export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$GLOO_SOCKET_IFNAME}"
 """
-PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-                  "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# MPI ranks (Horovod): Open MPI's TCP transport and Horovod's gloo controller likewise.
+MPI_IFNAME = """\
+export OMPI_MCA_btl_tcp_if_include="${OMPI_MCA_btl_tcp_if_include:-$GLOO_SOCKET_IFNAME}" \\
+    HOROVOD_GLOO_IFACE="${HOROVOD_GLOO_IFACE:-$GLOO_SOCKET_IFNAME}"
+"""
+EXEC_ARGV = 'exec "$@"\n'
+SRUN_TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
+MPI_TASK_ENV = SOCKET_IFNAME + MPI_IFNAME + EXEC_ARGV
+IFNAME_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK") + IFNAME_NAMES
+MPI_TASK_NAMES = IFNAME_NAMES + ("OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")
 
 
 @dataclass(frozen=True)
@@ -64,8 +76,12 @@ class Plan:
     setup: Tuple[Token, ...]  # run once per node before the launch; () for none
     starter: Tuple[Token, ...]  # srun/mpirun and their flags
     task: Tuple[Token, ...]  # what each started task runs
-    per_task_env: bool  # the task goes through PER_TASK_ENV
+    task_env: str  # script each task runs first ("" for none), see SRUN_TASK_ENV
     node_logs: bool
+
+    @property
+    def ranks_from_slurm(self) -> bool:
+        return self.task_env == SRUN_TASK_ENV
 
     @property
     def launch(self) -> Tuple[Token, ...]:
@@ -109,37 +125,44 @@ def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
 def _plan_torchrun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
     return Plan("torchrun", 1, True, False, False, setup_argv(spec, rt),
                 tuple(srun_argv(spec, rt, 1)), tuple(rt.wrap(torchrun_argv(spec))),
-                False, spec.job.node_output is not None)
+                "", spec.job.node_output is not None)
+
+
+def _scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...]) -> List[Token]:
+    """bash -c "$task_env" task ARGV: outside the container (it needs the host's ip and
+    getent) unless pyxis, which puts the whole task, bash included, in the image."""
+    if rt.config.kind == "pyxis":
+        return ["bash", "-c", TASK_ENV, "task", *spec.program]
+    return ["bash", "-c", TASK_ENV, "task", *rt.wrap(spec.program, names)]
 
 
 def _plan_srun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
     per_node = spec.launch.procs_per_node
-    task: List[Token] = ["bash", "-c", TASK_ENV, "task",
-                         *rt.wrap(spec.program, PER_TASK_NAMES)]
-    if rt.config.kind == "pyxis":  # pyxis puts the whole task, bash included, in the image
-        task = ["bash", "-c", TASK_ENV, "task", *spec.program]
     return Plan("srun", per_node, True, True, False, setup_argv(spec, rt),
-                tuple(srun_argv(spec, rt, per_node)), tuple(task),
-                True, spec.job.node_output is not None)
+                tuple(srun_argv(spec, rt, per_node)),
+                tuple(_scripted_task(spec, rt, PER_TASK_NAMES)), SRUN_TASK_ENV,
+                spec.job.node_output is not None)
 
 
 def _plan_horovod(spec: JobSpec, rt: ContainerRuntime) -> Plan:
+    # MPI gives each rank its rank; the task script only picks the socket interfaces,
+    # towards the first node (MASTER_ADDR).
     per_node = spec.launch.procs_per_node
+    task = tuple(_scripted_task(spec, rt, MPI_TASK_NAMES))
     if spec.launch.mpi == "srun":
-        return Plan("horovod", per_node, False, False, False, setup_argv(spec, rt),
-                    tuple(srun_argv(spec, rt, per_node, ("--mpi=pmix",))),
-                    tuple(rt.wrap(spec.program)), False, spec.job.node_output is not None)
+        return Plan("horovod", per_node, True, True, False, setup_argv(spec, rt),
+                    tuple(srun_argv(spec, rt, per_node, ("--mpi=pmix",))), task,
+                    MPI_TASK_ENV, spec.job.node_output is not None)
     _no_pyxis(spec, rt)
-    return Plan("horovod", per_node, False, False, True, setup_argv(spec, rt),
-                tuple(mpirun_argv(per_node, NTASKS)), tuple(rt.wrap(spec.program)),
-                False, False)
+    return Plan("horovod", per_node, True, True, True, setup_argv(spec, rt),
+                tuple(mpirun_argv(per_node, NTASKS)), task, MPI_TASK_ENV, False)
 
 
 def _plan_mpirun_torchrun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
     _no_pyxis(spec, rt)
     return Plan("mpirun_torchrun", 1, True, False, False, setup_argv(spec, rt),
                 tuple(mpirun_argv(1, NNODES)), tuple(rt.wrap(torchrun_argv(spec))),
-                False, False)
+                "", False)
 
 
 def _no_pyxis(spec: JobSpec, rt: ContainerRuntime) -> None:
@@ -209,7 +232,7 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     lines.append("# started by: " + " ".join(resolve(plan.starter, values)))
     if plan.setup:
         lines.append("# once per node first: " + " ".join(resolve(plan.setup, values)))
-    task = resolve(plan.task[4:] if plan.per_task_env else plan.task, values)
+    task = resolve(plan.task[4:] if plan.task_env else plan.task, values)
     per_node, world = plan.tasks_per_node, len(nodes) * plan.tasks_per_node
     for node_rank, node in enumerate(nodes):
         is_host = "-" if not plan.rendezvous else ("yes" if node_rank == 0 else "no")
@@ -217,7 +240,7 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
         for local in range(per_node):
             rank = node_rank * per_node + local
             env = f"RANK={rank} LOCAL_RANK={local} WORLD_SIZE={world} NODE_RANK={node_rank} " \
-                if plan.per_task_env else ""
+                if plan.ranks_from_slurm else ""
             label = "per node" if plan.mode in ("torchrun", "mpirun_torchrun") else f"rank {rank}"
             lines.append(f"  {label}: {env}{' '.join(shlex.quote(a) for a in task)}")
     return "\n".join(lines) + "\n"

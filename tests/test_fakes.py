@@ -237,8 +237,10 @@ def test_horovod_mpirun_one_rank_per_gpu(fakes):
     assert done.returncode == 0, done.stderr
     (mpirun,) = fakes.records("mpirun")
     assert mpirun["argv"][:4] == ["-np", "8", "--map-by", "ppr:4:node"]
-    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in fakes.records("python3")) == \
-        [str(i) for i in range(8)]
+    programs = fakes.records("python3")
+    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in programs) == [str(i) for i in range(8)]
+    # Open MPI's TCP transport is pinned to the interface that reaches the first node.
+    assert {r["env"].get("OMPI_MCA_btl_tcp_if_include") for r in programs} == {"ib0"}
 
 
 def test_mpirun_starts_one_torchrun_per_node(fakes):

@@ -117,10 +117,12 @@ def test_ddp_container_launch_line():
 def test_each_mode_and_runtime_argv():
     base = "job: {nodes: 3, gpus_per_node: 2}\nsite: jsc\nprogram: [python3, t.py]\n"
     srun = plan_launch(spec_of(base + "launch: {mode: srun}"))[1]
-    assert srun.task[:3] == ("bash", "-c", Var("task_env")) and srun.per_task_env
+    assert srun.task[:3] == ("bash", "-c", Var("task_env")) and srun.ranks_from_slurm
     assert "--ntasks-per-node=2" in srun.starter
     hvd = plan_launch(spec_of(base + "launch: {mode: horovod}"))[1]
-    assert "--mpi=pmix" in hvd.starter and hvd.task == ("python3", "t.py")
+    assert "--mpi=pmix" in hvd.starter
+    assert hvd.task == ("bash", "-c", Var("task_env"), "task", "python3", "t.py")
+    assert "OMPI_MCA_btl_tcp_if_include" in hvd.task_env and not hvd.ranks_from_slurm
     hvd_mpi = plan_launch(spec_of(base + "launch: {mode: horovod, mpi: mpirun}"))[1]
     assert hvd_mpi.starter == ("mpirun", "-np", Var("ntasks"), "--map-by", "ppr:2:node",
                                "--bind-to", "none", "--tag-output")
