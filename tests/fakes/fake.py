@@ -15,12 +15,35 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
-         "torchrun", "python3", "getent", "ip")
+         "torchrun", "python3")
+# Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
+# seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve.
+# ip: node 0 owns 10.0.0.1 on ib0 (route type local); the others reach it through ib0.
+SH_TOOLS = {
+    "getent": """\
+case "$2" in *i) if [ -z "${FAKE_GETENT_FAIL:-}" ]; then
+    printf '10.0.0.1        STREAM %s\\n10.0.0.1        DGRAM\\n' "$2"; exit 0; fi ;; esac
+exit 2
+""",
+    "ip": """\
+: >>"$FAKE_LOG/ip.called"
+if [ "$*" = "-o route get 10.0.0.1" ]; then
+    if [ "${SLURM_NODEID:-}" = 0 ]; then
+        echo 'local 10.0.0.1 dev lo table local src 10.0.0.1 uid 0 \\    cache <local> '
+    else
+        echo '10.0.0.1 dev ib0 src 10.0.0.2 uid 0 \\    cache '
+    fi
+elif [ "$*" = "-o addr show to 10.0.0.1" ]; then
+    echo '3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\       valid_lft forever'
+else
+    echo 'Error: any valid prefix is expected rather than "".' >&2; exit 1
+fi
+""",
+}
 RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                 "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_ID",
                 "SLURM_JOB_NAME", "SLURM_JOB_NUM_NODES", "HOSTILE", "PLAIN", "NCCL_DEBUG",
@@ -39,6 +62,10 @@ def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
         path.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {Path(__file__).resolve()} '
                         f'{tool} "$@"\n')
         path.chmod(0o755)
+    for tool, body in SH_TOOLS.items():
+        path = bin_dir / tool
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(0o755)
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log_dir),
             "FAKE_ENROOT_DATA": str(log_dir / "enroot-data")}
 
@@ -52,7 +79,7 @@ def records(log_dir: Path, prog: str = "") -> List[dict]:
 
 def _record(prog: str, argv: Sequence[str], extra: Dict[str, object] | None = None) -> None:
     log = Path(os.environ["FAKE_LOG"])
-    seq = f"{time.monotonic_ns():020d}-{os.getpid():08d}-{uuid.uuid4().hex[:6]}"
+    seq = f"{time.monotonic_ns():020d}-{os.getpid():08d}-{os.urandom(3).hex()}"
     data = {"prog": prog, "argv": list(argv), "cwd": os.getcwd(), "seq": seq,
             "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}}
     data.update(extra or {})
@@ -231,32 +258,6 @@ def _slurm_argument(line: str) -> str:
     return "".join(out)
 
 
-def getent(argv: List[str]) -> int:
-    """Names ending in 'i' resolve (the JSC inter-node names); others do not."""
-    _record("getent", argv)
-    if len(argv) == 2 and argv[1].endswith("i") and not os.environ.get("FAKE_GETENT_FAIL"):
-        print(f"10.0.0.1        STREAM {argv[1]}\n10.0.0.1        DGRAM  ")
-        return 0
-    return 2
-
-
-def ip(argv: List[str]) -> int:
-    """Node 0 owns 10.0.0.1 on ib0 (route type local); the others reach it through ib0."""
-    _record("ip", argv)
-    if argv[:3] == ["-o", "route", "get"] and argv[3:] == ["10.0.0.1"]:
-        if os.environ.get("SLURM_NODEID") == "0":
-            print("local 10.0.0.1 dev lo table local src 10.0.0.1 uid 0 \\    cache <local> ")
-        else:
-            print("10.0.0.1 dev ib0 src 10.0.0.2 uid 0 \\    cache ")
-        return 0
-    if argv[:4] == ["-o", "addr", "show", "to"] and argv[4:] == ["10.0.0.1"]:
-        print("3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\       valid_lft "
-              "forever preferred_lft forever")
-        return 0
-    print("Error: any valid prefix is expected rather than \"\".", file=sys.stderr)
-    return 1
-
-
 def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
     _record(prog, argv)
@@ -270,7 +271,7 @@ def recorder(prog: str, argv: List[str]) -> int:
 def main() -> int:
     prog, argv = sys.argv[1], sys.argv[2:]
     handlers = {"srun": srun, "mpirun": mpirun, "scontrol": scontrol, "apptainer": apptainer,
-                "enroot": enroot, "sbatch": sbatch, "getent": getent, "ip": ip}
+                "enroot": enroot, "sbatch": sbatch}
     if prog in handlers:
         return handlers[prog](argv)
     return recorder(prog, argv)
