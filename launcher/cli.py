@@ -76,6 +76,9 @@ def _check_image(spec: JobSpec) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    target = getattr(args, "output", None)
+    if target and os.path.realpath(target) == os.path.realpath(args.spec):
+        raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
     if args.command == "check":
         text = render_jobscript(spec)  # rendering can reject combinations, so check renders
         found = f", image label {_check_image(spec)}" if args.image else ""

@@ -265,6 +265,8 @@ def load_spec(path: str) -> JobSpec:
 def _load_job(r: _Reader, value: Any, default_name: str) -> Job:
     m = r.mapping("job", value, _JOB, required=("nodes",))
     s = lambda key: r.opt_string(f"job.{key}", m.get(key), newline=False)  # noqa: E731
+    for key in ("time", "partition", "account", "output", "error", "node_output"):
+        _no_dollar(r, f"job.{key}", m.get(key))
     time = s("time")
     if time is not None and not _TIME.match(time):
         raise r.fail("job.time", "must be a Slurm time like 30, 00:30:00 or 1-12:00:00", m["time"])
@@ -290,6 +292,13 @@ def _load_job(r: _Reader, value: Any, default_name: str) -> Job:
     )
 
 
+def _no_dollar(r: _Reader, path: str, value: Any) -> None:
+    # The classic hand-written bug: sbatch and srun never expand variables in options.
+    if isinstance(value, str) and "$" in value:
+        raise r.fail(path, "sbatch/srun do not expand variables here; write the value "
+                     "(Slurm's own %-patterns like %j and %x do work)", value)
+
+
 def _node_output(r: _Reader, value: Any) -> str:
     text = r.string("job.node_output", value, newline=False)
     if "%" in text.rpartition("/")[0]:
@@ -312,6 +321,7 @@ def _load_sbatch(r: _Reader, value: Any) -> Tuple[Tuple[str, Optional[str]], ...
         if item is True:
             out.append((key, None))
         else:
+            _no_dollar(r, path, item)
             out.append((key, r.string(path, item, newline=False)))
     return tuple(sorted(out))
 
@@ -353,6 +363,8 @@ def _load_env(r: _Reader, value: Any) -> Env:
         if not shell.is_name(name.rstrip("*")) or name.count("*") > 1:
             raise r.fail(f"env.pass[{i}]", "must be a variable name or a prefix ending "
                          "in '*', e.g. NCCL_*", name)
+        if name in values:
+            raise r.fail(f"env.pass[{i}]", "is also set in env.set; keep one", name)
     return Env(values=tuple(sorted(pairs)), passthrough=tuple(sorted(set(names))))
 
 

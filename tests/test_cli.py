@@ -129,3 +129,11 @@ def test_launcher_label():
     assert launcher_label({"x": "has torchrun_jsc"}) == "x=has torchrun_jsc"
     assert launcher_label({"org.torchrun-jsc.base": "b", "org.torchrun-jsc.launcher-version":
                            "0.1.0"}) == "org.torchrun-jsc.launcher-version=0.1.0"
+
+
+def test_output_onto_the_spec_is_refused(tmp_path, capsys):
+    spec = tmp_path / "good.yaml"
+    spec.write_text(GOOD)
+    assert main(["render", str(spec), "-o", str(spec)]) == 2
+    assert "-o: would overwrite the spec itself" in capsys.readouterr().err
+    assert spec.read_text() == GOOD

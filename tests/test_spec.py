@@ -108,6 +108,14 @@ def test_full_spec_round_trip():
     ("job: {nodes: 1, name: a/b}\nprogram: [x]",
      "x.yaml: job.name: must not contain '/' or '\\' while an output file pattern uses %x, "
      "got 'a/b'"),
+    ("job: {nodes: 1, output: $SCRATCH/%j.out}\nprogram: [x]",
+     "x.yaml: job.output: sbatch/srun do not expand variables here; write the value (Slurm's "
+     "own %-patterns like %j and %x do work), got '$SCRATCH/%j.out'"),
+    ("job: {nodes: 1, sbatch: {chdir: $HOME}}\nprogram: [x]",
+     "x.yaml: job.sbatch.chdir: sbatch/srun do not expand variables here; write the value "
+     "(Slurm's own %-patterns like %j and %x do work), got '$HOME'"),
+    ("job: {nodes: 1}\nprogram: [x]\nenv: {set: {A: x}, pass: [A]}",
+     "x.yaml: env.pass[0]: is also set in env.set; keep one, got 'A'"),
     ("job: {nodes: 1, sbatch: {nodes: 3}}\nprogram: [x]",
      "x.yaml: job.sbatch.nodes: is written by the composer; set job.nodes instead"),
     ("job: {nodes: 1, node_output: 'logs/%j/n%n.out'}\nprogram: [x]",
