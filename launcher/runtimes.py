@@ -8,7 +8,7 @@ shell tokens (launcher.shell) and never quotes anything itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Type
+from typing import Dict, List, Sequence, Type, Union
 
 from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, word
 from launcher.spec import Bind, JobSpec, Runtime
@@ -151,10 +151,10 @@ class Pyxis(ContainerRuntime):
                             else f"--container-image={image}"]
         mounts = [_bind_text(b, "ro") for b in self.config.binds]
         if mounts or self.config.bind_cwd:
-            parts: List[object] = ["--container-mounts=", ",".join(mounts)]
+            parts: List[Union[str, Var]] = ["--container-mounts=", ",".join(mounts)]
             if self.config.bind_cwd:
                 parts += ["," if mounts else "", PWD, ":", PWD]
-            out.append(word(*parts))  # type: ignore[arg-type]
+            out.append(word(*parts))
         out.append(word("--container-workdir=", PWD))
         name = self.config.container_name or _stem(image)
         out.append(f"--container-name={name}")
