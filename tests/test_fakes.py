@@ -281,3 +281,22 @@ def test_missing_nodelist_fails_loudly(fakes):
     done = fakes.run(job("ddp_container"), **env)
     assert done.returncode != 0 and "no first node" in done.stderr
     assert not fakes.records("srun")
+
+
+def test_site_modules_env_and_cpus_reach_the_tasks(fakes):
+    script = fakes.render("""\
+        job: {nodes: 2, cpus_per_task: 8}
+        site: {profile: generic, modules: [Stages/2025, "GCC 13"], socket_ifname: ib7}
+        env: {set: {PLAIN: "a b"}}
+        program: [python3, t.py]
+        """)
+    done = fakes.run(script, SLURM_CPUS_PER_TASK="8")
+    assert done.returncode == 0, done.stderr
+    (module,) = fakes.records("module")
+    assert module["argv"] == ["load", "Stages/2025", "GCC 13"]
+    (srun,) = fakes.records("srun")
+    assert srun["env"]["SRUN_CPUS_PER_TASK"] == "8"  # srun no longer inherits -c
+    for rec in fakes.records("torchrun_jsc"):
+        assert rec["env"]["GLOO_SOCKET_IFNAME"] == rec["env"]["NCCL_SOCKET_IFNAME"] == "ib7"
+        assert rec["env"]["PLAIN"] == "a b"
+        assert rec["argv"][3] == "--rdzv_endpoint=jwb0001:29742"  # generic: no suffix

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
-         "torchrun", "python3")
+         "torchrun", "python3", "module")
 # Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
 # seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve.
 # ip: node 0 owns 10.0.0.1 on ib0 (route type local); the others reach it through ib0.
