@@ -75,8 +75,8 @@ def _env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
     if spec.env.passthrough:
         how = "inherited by every task" if runtime.inherits_env else \
             "forwarded by name into the container"
-        out.append(Raw(f"# Passed through from the submit environment, {how} (values are never "
-                       f"written here): {' '.join(spec.env.passthrough)}"))
+        out.append(Raw(f"# Passed through from the submit environment, {how}\n"
+                       f"# (values are never written here): {' '.join(spec.env.passthrough)}"))
     return out
 
 
