@@ -23,7 +23,9 @@ test: setup
 # The base is cached in build/base-$(BASE).sif; image.sif is a thin launcher layer on it.
 BASE ?= local
 TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-export TORCH_WHEEL
+# Horovod on this base needs the -devel variant (nvcc, NCCL headers).
+DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
+export TORCH_WHEEL DOCKER_FROM
 BUILD_IMAGE := bash scripts/build-image.sh
 LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
 
@@ -32,8 +34,12 @@ FORCE:
 
 build/base-local.sif: containers/base-local.def $(TORCH_WHEEL)
 	$(BUILD_IMAGE) base local
-build/base-docker.sif: containers/base-docker.def
+build/base-docker.sif: containers/base-docker.def build/docker-from.vars
 	$(BUILD_IMAGE) base docker
+build/docker-from.vars: FORCE
+	@mkdir -p build
+	@echo "DOCKER_FROM=$(DOCKER_FROM)" >$@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 base-image: build/base-$(BASE).sif
 
 # Rewritten only when BASE or the recorded commit changes, so that labels stay true.

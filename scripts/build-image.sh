@@ -62,10 +62,18 @@ build_options() {
     printf '%s\0' "${opts[@]}"
 }
 
-# Concurrent `make image` runs (tests, demo) build one after the other.
-lock() {
-    exec 9>"$build/.lock-$1"
+# Concurrent makes (tests, demo, users) build one after the other, and a make that waited
+# while another one wrote the same output uses that output (its inputs were the same).
+# lock_or_skip OUT: returns 1 when OUT was replaced while waiting.
+lock_or_skip() {
+    local out=$1 before
+    before=$(stat -c %Y.%i "$out" 2>/dev/null || echo none)
+    exec 9>"$build/.lock-$(basename "$out")"
     flock 9
+    if [ "$before" != "$(stat -c %Y.%i "$out" 2>/dev/null || echo none)" ]; then
+        echo "build-image: $out was just built by another run"
+        return 1
+    fi
 }
 
 # Hosts whose capability bounding set lacks CAP_SYS_RESOURCE (bit 24; this VM) make root
@@ -92,7 +100,10 @@ try:
 except (OSError, ValueError):
     data = {}
 data[key] = round(secs, 1)
-data.setdefault("_recorded", {})[key] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+data.setdefault("_recorded", {})[key] = {
+    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "loadavg_1m": round(os.getloadavg()[0], 1),  # other work on the machine skews timings
+}
 data["cpus"] = os.cpu_count()
 tmp = path + ".tmp"
 with open(tmp, "w") as f:
@@ -106,9 +117,25 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 tmp_out=""
-cleanup() { if [ -n "$tmp_out" ]; then rm -f "$tmp_out"; fi; }
+build_tmp=""
+cleanup() {
+    if [ -n "$tmp_out" ]; then rm -f "$tmp_out"; fi
+    if [ -n "$build_tmp" ]; then rm -rf "$build_tmp"; fi
+}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# Apptainer unpacks the base and squashes the result in its temp dir: on tmpfs that is
+# several times faster than on a busy disk. Only with ample memory; APPTAINER_TMPDIR wins.
+choose_tmpdir() {
+    local avail_kb
+    [ -n "${APPTAINER_TMPDIR:-}" ] && return 0
+    avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    if [ -d /dev/shm ] && [ -w /dev/shm ] && (( avail_kb > 8 * 1024 * 1024 )); then
+        build_tmp=$(mktemp -d /dev/shm/build-image.XXXXXX)
+        export APPTAINER_TMPDIR=$build_tmp
+    fi
+}
 
 # apptainer_build OUT DEF HINT [--build-arg K=V ...]: build into a temp name, keep a log;
 # on failure print the log tail and HINT (what to do) as the last line.
@@ -121,6 +148,7 @@ apptainer_build() {
     mkdir -p "$build/logs" "$(dirname "$out")"
     while IFS= read -r -d '' o; do opts+=("$o"); done < <(build_options)
     export_drop_caps
+    choose_tmpdir
     tmp_out=$(dirname "$out")/.$name.tmp.$$
     rm -f "$tmp_out"
     echo "build-image: building $out from $def (log: ${log#"$repo"/})"
@@ -182,16 +210,11 @@ fill_horovod_wheelhouse() {
 }
 
 cmd_base() {
-    local name=${1:?base name: local or docker} out start args=()
+    local name=${1:?base name: local or docker} out start hint args=()
     out=$(base_sif "$name")
     [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local or BASE=docker (containers/base-*.def)"
     preflight
-    lock "base-$name"
-    # Another make may have built it while this one waited for the lock.
-    if [ "$out" -nt "containers/base-$name.def" ] && { [ "$name" != local ] || [ "$out" -nt "$TORCH_WHEEL" ]; }; then
-        echo "build-image: $out is up to date"
-        return 0
-    fi
+    lock_or_skip "$out" || return 0
     case $name in
         local)
             fill_torch_wheelhouse
@@ -223,7 +246,7 @@ stage_launcher() {
 cmd_image() {
     local name=${1:?base name} out=${2:-$repo/image.sif} base start stage
     preflight
-    lock image
+    lock_or_skip "$out" || return 0
     base=$(base_sif "$name")
     [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make image builds it)"
     stage=$(stage_launcher)
@@ -242,7 +265,7 @@ cmd_image() {
 cmd_horovod() {
     local name=${1:?base name} out=${2:-$repo/horovod.sif} base start gpu=none
     preflight
-    lock horovod
+    lock_or_skip "$out" || return 0
     base=$(base_sif "$name")
     [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make horovod-image builds it)"
     [ "$name" = docker ] && gpu=NCCL
