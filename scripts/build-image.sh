@@ -228,8 +228,9 @@ cmd_base() {
     esac
     start=$(now)
     apptainer_build "$out" "containers/base-$name.def" "$hint" "${args[@]}"
-    commit_output "$out"
     record "base-${name}_build_s" "$(elapsed "$start")"
+    run_test "$tmp_out" "base-$name"
+    commit_output "$out"
 }
 
 stage_launcher() {

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -155,14 +156,23 @@ def test_missing_apptainer_says_install(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [bindir]
 
 
-def test_not_root_suggests_fakeroot(tmp_path: Path) -> None:
-    out = tmp_path / "x.sif"
-    r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-             "bash", "scripts/build-image.sh", "image", "local", str(out)], timeout=60)
-    assert r.returncode != 0
-    assert r.stderr.count("\n") == 1, r.stderr
-    assert "needs root" in r.stderr and "--fakeroot" in r.stderr
-    assert not out.exists()
+def test_not_root_suggests_fakeroot() -> None:
+    # A world-readable copy: the checkout may sit in a directory `nobody` cannot enter.
+    top = Path(tempfile.mkdtemp(prefix="build-image-nobody-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        (top / "scripts").mkdir(mode=0o755)
+        shutil.copy(REPO / "scripts" / "build-image.sh", top / "scripts")
+        out = top / "x.sif"
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "bash", "scripts/build-image.sh", "image", "local", str(out)],
+                           cwd=top, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0
+        assert r.stderr.count("\n") == 1, r.stderr
+        assert "needs root" in r.stderr and "--fakeroot" in r.stderr
+        assert sorted(p.name for p in top.iterdir()) == ["scripts"]
+    finally:
+        shutil.rmtree(top)
 
 
 def test_unfetchable_base_says_use_local_base() -> None:
