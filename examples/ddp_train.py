@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import socket
@@ -137,6 +138,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
                 if ckpt:
                     save_checkpoint(ckpt, step, model, opt)
         epoch += 1
+    # Free DDP (its reducer holds the process group) now, not during interpreter teardown.
+    del ddp
+    gc.collect()
     hosts: list[Any] = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
     return {
@@ -152,7 +156,7 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rank, world, local_rank = read_env()
     if torch.cuda.is_available():
@@ -168,9 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     summary = train(args, rank, world, device)
     if rank == 0:
         print("DDP_SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
+    # Leave together, then skip interpreter teardown: on the 2-node cluster about one run in
+    # 15 had a rank abort after its work was done ("terminate called without an active
+    # exception", SIGABRT) while peers were already closing their gloo pairs, which turned a
+    # finished job into a failed one.
+    dist.barrier()
     dist.destroy_process_group()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -127,7 +127,9 @@ write_configs() {  # write_configs N
 
 setup_bridge() {
     ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge
-    ip addr show dev "$bridge" | grep -q " $ctl_addr/" || ip addr add "$ctl_addr/16" dev "$bridge"
+    local addrs  # not `ip | grep -q`: with pipefail, grep's early exit can fail the pipeline
+    addrs=$(ip -o addr show dev "$bridge")
+    [[ "$addrs" == *" $ctl_addr/"* ]] || ip addr add "$ctl_addr/16" dev "$bridge"
     ip link set "$bridge" up
 }
 
@@ -170,10 +172,10 @@ run_in_ns() {
     echo $! >"$pidfile"
 }
 
-all_idle() {  # all_idle N: sinfo shows N nodes, all idle
+all_ready() {  # all_ready N: sinfo shows N nodes, all responding and usable (maybe busy)
     local out
     out=$(sinfo -h -N -o '%N %T' 2>/dev/null) || return 1
-    [ "$(grep -c ' idle$' <<<"$out")" -eq "$1" ]
+    [ "$(grep -c -E ' (idle|mixed|allocated|completing)$' <<<"$out")" -eq "$1" ]
 }
 
 cmd_up() {
@@ -211,10 +213,10 @@ cmd_up() {
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
             "$state/node/$name" slurmd -D -N "$name"
     done
-    if ! wait_until 60 all_idle "$n"; then
+    if ! wait_until 60 all_ready "$n"; then
         sinfo -N >&2 || true
         tail -n 5 "$state"/log/*.log >&2 || true
-        die "nodes not idle after 60 s (logs in $state/log)"
+        die "nodes not ready after 60 s (logs in $state/log)"
     fi
     echo "$prog: up: $n nodes ($(running_nodes | tr '\n' ' ')) in $((SECONDS - started)) s"
 }
@@ -271,6 +273,9 @@ cmd_status() {
 
 [ $# -ge 1 ] || die "usage: $0 up [N] | down | status"
 [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd); rerun with sudo"
+# One cluster operation at a time (a test session and `make demo` may race).
+exec 9>/run/torchrun-jsc-cluster.lock
+flock -w 300 9 || die "another cluster.sh holds /run/torchrun-jsc-cluster.lock"
 case $1 in
     up) shift; cmd_up "$@" ;;
     down) cmd_down ;;

@@ -45,14 +45,14 @@ def slurmd_pids() -> dict[str, str]:
     return {p.name: p.read_text().strip() for p in sorted(STATE.glob("slurmd-jwb*.pid"))}
 
 
-def test_cluster_has_two_idle_nodes_with_fake_gpus(cluster):
+def test_cluster_has_two_nodes_up_with_fake_gpus(cluster):
     p = sh(["sinfo", "-h", "-N", "-o", "%N %P %T %G"])
     assert p.returncode == 0, p.stderr
     rows = [line.split() for line in p.stdout.splitlines()]
     assert len(rows) >= 2, p.stdout
     for node, partition, state, gres in rows:
         assert node.startswith("jwb") and partition == "batch*", p.stdout
-        assert state == "idle", p.stdout
+        assert state in ("idle", "mixed", "allocated", "completing"), p.stdout  # busy is fine
         assert gres.startswith("gpu:4"), p.stdout
 
 

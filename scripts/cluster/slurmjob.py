@@ -6,7 +6,8 @@ Standard library only, so the login-node python works too.
     python scripts/cluster/slurmjob.py jobs/ddp_container.job [--timeout 600] [-- SBATCH_OPTIONS...]
 
 Exit 0 only when the job completed and rank 0's summary is right: world size = nodes x
---nproc_per_node of the job, parameters identical on all ranks, loss decreased.
+--nproc_per_node of the job (or its task count without torchrun), parameters identical on
+all ranks, loss decreased.
 """
 
 from __future__ import annotations
@@ -121,6 +122,12 @@ def nproc_per_node(jobfile: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def expected_world_size(jobfile: str, res: JobResult) -> int:
+    """nodes x --nproc_per_node for a torchrun plan, else the job's task count (srun/mpirun)."""
+    nproc = nproc_per_node(jobfile)
+    return res.num_nodes * nproc if nproc else int(res.info.get("NumTasks", "0"))
+
+
 def check_summary(summary: dict[str, Any], world_size: int | None) -> list[str]:
     problems = []
     if world_size is not None and summary.get("world_size") != world_size:
@@ -150,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     print(res.output)
     print(f"job {res.job_id}: {res.state} (exit {res.exit_code}) on {res.num_nodes} nodes, "
           f"submit -> done {res.elapsed_s:.1f} s")
-    world = args.world_size
-    if world is None and (g := nproc_per_node(args.jobfile)) is not None:
-        world = res.num_nodes * g
+    world = args.world_size or expected_world_size(args.jobfile, res)
     sums = res.summaries
     problems = [] if res.state == "COMPLETED" else [f"job state {res.state}"]
     if len(sums) != 1:
