@@ -13,7 +13,7 @@
 #                                                     other node has a route to it (as on JSC,
 #                                                     where the hostname is not the IB name)
 # The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts in
-# their mount namespace (and a per-node $state/private, for PMIx); the host's /etc/hosts is
+# their mount namespace (and a per-node $node_tmp, for PMIx); the host's /etc/hosts is
 # never edited. Nothing is routed off the machine:
 # node namespaces have no default route and no NAT rule is added.
 # `up` and `down` are idempotent; `down` only stops processes whose PIDs `up` recorded and the
@@ -27,6 +27,7 @@ bridge=jwbbr0
 ctl_name=jwbctl
 ctl_addr=10.66.0.254
 max_nodes=8
+node_tmp=/tmp/torchrun-jsc-cluster-node  # each daemon sees its own directory here
 
 die() { echo "$prog: $*" >&2; exit 1; }
 node_name() { printf 'jwb%04d' "$1"; }
@@ -107,8 +108,9 @@ write_configs() {  # write_configs N
     } >"$conf_dir/slurm.conf.tmp"
     echo "Name=gpu File=$state/dev/nvidia[0-3]" >"$conf_dir/gres.conf.tmp"
     # srun --mpi=pmix: the client tmpdir must differ per node (a shared /tmp collides); each
-    # daemon's mount namespace binds its own $state/node/NAME over $state/private.
-    echo "PMIxCliTmpDirBase=$state/private" >"$conf_dir/mpi.conf.tmp"
+    # daemon's mount namespace binds its own $state/node/NAME over $node_tmp. It lies under
+    # /tmp because Apptainer binds /tmp: ranks in containers use it as their session dir.
+    echo "PMIxCliTmpDirBase=$node_tmp" >"$conf_dir/mpi.conf.tmp"
     {
         echo "# private /etc/hosts of the torchrun-jsc-cluster daemons and jobs"
         echo "127.0.0.1 localhost"
@@ -157,18 +159,18 @@ setup_node_net() {  # setup_node_net K
 
 # run_in_ns PIDFILE LOG NETNS HOSTNAME PRIVATE_DIR CMD...: start CMD in the foreground of a new
 # UTS + mount namespace (hostname set, private /etc/hosts bound, PRIVATE_DIR bound over
-# $state/private), detached, and record its PID.
+# $node_tmp), detached, and record its PID.
 run_in_ns() {
     local pidfile=$1 log=$2 netns=$3 hostname=$4 private=$5; shift 5
     local enter=()
     [ "$netns" = host ] || enter=(nsenter "--net=/run/netns/$netns" --)
-    mkdir -p "$private" "$state/private"
+    mkdir -p "$private" "$node_tmp"
     # nsenter (no pid ns) and unshare (no --fork) exec in place, so $! ends up as the daemon's PID.
     # shellcheck disable=SC2016  # $1.. expand in the inner sh
     setsid "${enter[@]}" unshare --uts --mount --propagation slave -- \
         sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" "$4" &&
                shift 4 && exec "$@"' \
-        sh "$hostname" "$state/hosts" "$private" "$state/private" "$@" </dev/null >>"$log" 2>&1 &
+        sh "$hostname" "$state/hosts" "$private" "$node_tmp" "$@" </dev/null >>"$log" 2>&1 &
     echo $! >"$pidfile"
 }
 
@@ -258,6 +260,7 @@ cmd_down() {
     stop_pid "$state/munged.pid" munged
     if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
     rm -f "$state/hosts" "$state/nodes"
+    rmdir "$node_tmp" 2>/dev/null || true
     echo "$prog: down"
 }
 

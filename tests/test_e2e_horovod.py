@@ -1,0 +1,44 @@
+"""Ring 3: the checked-in Horovod jobscripts (horovod.sif, Open MPI) on the local cluster.
+
+jobs/horovod_container.job (srun --mpi=pmix, one rank per GPU) and jobs/horovod_mpirun.job
+(mpirun inside the allocation): 2 nodes x 4 ranks, Horovod allreduce and one
+DistributedOptimizer step over the inter-node names (the image's horovod_check.py).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ring3
+
+REPO = Path(__file__).resolve().parent.parent
+JOB_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def horovod_image() -> Path:
+    p = subprocess.run(["make", "horovod-image"], capture_output=True, text=True, timeout=2400,
+                       cwd=REPO, check=False)
+    assert p.returncode == 0, f"make horovod-image failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return REPO / "horovod.sif"
+
+
+@pytest.mark.parametrize("name", ["horovod_container", "horovod_mpirun"])
+def test_horovod_job(cluster, horovod_image, tmp_path, name):
+    job = REPO / "jobs" / f"{name}.job"
+    res = cluster.run_job(str(job), ["-o", str(tmp_path / f"{name}-%j.out")],
+                          timeout=JOB_TIMEOUT_S, cwd=str(REPO))
+    for log in (REPO / "logs").glob(f"*-{res.job_id}.*"):
+        log.unlink()
+    print(f"{job.name}: job {res.job_id} {res.state} submit->done {res.elapsed_s:.1f} s")
+    assert res.state == "COMPLETED", res.output
+    size = int(res.info["NumTasks"])
+    assert size == 8
+    ok = re.findall(r"HOROVOD_OK size=(\d+) sum=(\d+) controller=(\w+) params_identical=True",
+                    res.output)
+    assert ok == [(str(size), str(size * (size + 1) // 2), "mpi")], res.output
+    assert "HOROVOD_FAIL" not in res.output
