@@ -118,9 +118,11 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 tmp_out=""
 build_tmp=""
+stage_dir=""
 cleanup() {
     if [ -n "$tmp_out" ]; then rm -f "$tmp_out"; fi
     if [ -n "$build_tmp" ]; then rm -rf "$build_tmp"; fi
+    if [ -n "$stage_dir" ]; then rm -rf "$stage_dir"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -233,10 +235,11 @@ cmd_base() {
     commit_output "$out"
 }
 
+# A private copy per run: concurrent builds (other outputs) must not see a half-made one.
 stage_launcher() {
-    local stage=$build/stage/launcher-src
-    rm -rf "$stage"
-    mkdir -p "$stage"
+    local stage
+    mkdir -p "$build/stage"
+    stage=$(mktemp -d "$build/stage/launcher-src.XXXXXX")
     local extra=()
     for f in README.md LICENSE; do [ -f "$f" ] && extra+=("$f"); done
     tar -cf - --exclude=__pycache__ --exclude='*.pyc' pyproject.toml launcher "${extra[@]}" |
@@ -251,6 +254,7 @@ cmd_image() {
     base=$(base_sif "$name")
     [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make image builds it)"
     stage=$(stage_launcher)
+    stage_dir=$stage
     start=$(now)
     apptainer_build "$out" containers/pytorch.def "could not build $out on $base" \
         --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
