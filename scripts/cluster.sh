@@ -247,7 +247,12 @@ kill_netns_procs() {  # every process in our node namespace is ours (slurmd, slu
 }
 
 cmd_down() {
-    local name k
+    local name k pidfile
+    # TERM every daemon first so that they shut down in parallel; stop_pid then waits for each.
+    for pidfile in "$state"/slurmd-jwb*.pid "$state/slurmctld.pid"; do
+        pid_alive "$pidfile" "$(basename "$pidfile" .pid | cut -d- -f1)" || continue
+        kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+    done
     for k in $(seq 1 "$max_nodes"); do
         name=$(node_name "$k")
         stop_pid "$state/slurmd-$name.pid" slurmd
