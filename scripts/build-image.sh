@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the project's container images (called by `make image|horovod-image|enroot-image`).
 #
-#   build-image.sh base NAME        containers/base-NAME.def -> build/base-NAME.sif
+#   build-image.sh base NAME [OUT]  containers/base-NAME.def -> build/base-NAME.sif (or OUT)
 #   build-image.sh image NAME       containers/pytorch.def on build/base-NAME.sif -> image.sif
 #   build-image.sh horovod NAME     containers/horovod.def on build/base-NAME.sif -> horovod.sif
 #   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
@@ -212,8 +212,8 @@ fill_horovod_wheelhouse() {
 }
 
 cmd_base() {
-    local name=${1:?base name: local or docker} out start hint args=()
-    out=$(base_sif "$name")
+    local name=${1:?base name: local or docker} out=${2:-} start hint args=()
+    [ -n "$out" ] || out=$(base_sif "$name")
     [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local or BASE=docker (containers/base-*.def)"
     preflight
     lock_or_skip "$out" || return 0
@@ -310,5 +310,5 @@ case ${1:-} in
     horovod) cmd_horovod "${@:2}" ;;
     enroot) cmd_enroot "${@:2}" ;;
     commit) git_commit ;;
-    *) die "usage: build-image.sh base|image|horovod NAME | enroot [SIF [SQSH]] | commit" ;;
+    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | enroot [SIF [SQSH]] | commit" ;;
 esac
