@@ -13,7 +13,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load_slurmjob() -> ModuleType:
+def load_slurmjob() -> ModuleType:
+    """scripts/cluster/slurmjob.py (submit, wait, check DDP_SUMMARY) as a module."""
+    if "slurmjob" in sys.modules:
+        return sys.modules["slurmjob"]
     spec = importlib.util.spec_from_file_location("slurmjob", REPO / "scripts/cluster/slurmjob.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["slurmjob"] = mod  # dataclasses look their module up while it executes
@@ -30,4 +33,4 @@ def cluster() -> ModuleType:
                        text=True, timeout=180, check=False)
     if p.returncode != 0:
         pytest.fail(f"scripts/cluster.sh up failed (rc {p.returncode}):\n{p.stdout}{p.stderr}")
-    return _load_slurmjob()
+    return load_slurmjob()
