@@ -7,6 +7,7 @@ not root. The jobs that run on it are in test_e2e_*.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -33,6 +34,11 @@ for name in (peer, peer + "i"):
         res[name] = "reachable"
     except OSError as e:
         res[name] = type(e).__name__
+try:  # nothing leaves the machine: no default route in a node
+    socket.create_connection(("192.0.2.1", 9), timeout=3).close()
+    res["outside"] = "reachable"
+except OSError as e:
+    res["outside"] = e.errno
 print("PROBE " + json.dumps(res), flush=True)
 """
 
@@ -76,6 +82,7 @@ def test_network_is_jsc_like(cluster):
         assert r["me_addr"] == f"10.67.0.{k}" and r["me_i_addr"] == f"10.66.0.{k}", r
         assert r[peer + "i"] == "reachable", r
         assert r[peer] != "reachable", r  # hostname: "Network is unreachable"
+        assert r["outside"] == errno.ENETUNREACH, r
 
 
 def test_host_etc_hosts_is_untouched(cluster):
