@@ -220,7 +220,7 @@ cmd_up() {
         tail -n 5 "$state"/log/*.log >&2 || true
         die "nodes not ready after 60 s (logs in $state/log)"
     fi
-    echo "$prog: up: $n nodes ($(running_nodes | tr '\n' ' ')) in $((SECONDS - started)) s"
+    echo "$prog: up: $n nodes ($(running_nodes | paste -sd " " -)) in $((SECONDS - started)) s"
 }
 
 stop_pid() {  # stop_pid PIDFILE COMM: TERM, wait up to 10 s, then KILL
