@@ -7,4 +7,5 @@ conf=/etc/apptainer/apptainer.conf
 [ -f "$conf" ] || { echo "apptainer-config: $conf missing; install apptainer first" >&2; exit 1; }
 sed -i 's/^root default capabilities = .*/root default capabilities = file/' "$conf"
 bounding=$(capsh --print | sed -n 's/^Bounding set =//p' | tr 'a-z' 'A-Z')
-apptainer capability add --user root "$bounding" >/dev/null
+# Quiet when they are already granted (a rerun); the whole output only when it fails.
+out=$(apptainer capability add --user root "$bounding" 2>&1) || { echo "$out" >&2; exit 1; }
