@@ -46,8 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                             help="render to SPEC's .job file and run sbatch --parsable")
     submit.add_argument("spec")
     submit.add_argument("-o", "--output", help="script path (default: the spec with .job)")
-    submit.add_argument("sbatch_args", nargs=argparse.REMAINDER,
-                        help="after --: extra sbatch options, e.g. -- -A myproject")
+    submit.usage = "python -m launcher submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
     return parser
 
 
@@ -99,13 +98,21 @@ def _run(args: argparse.Namespace) -> int:
         text = render_jobscript(spec)
         script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
         write_script(text, script)
-        extra = args.sbatch_args[1:] if args.sbatch_args[:1] == ["--"] else args.sbatch_args
-        print(sbatch(script, extra))
+        print(sbatch(script, args.sbatch_args))
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    # Everything after the first "--" is for sbatch (submit only); options before it, in any
+    # order, are ours. (argparse.REMAINDER would swallow a later "-o FILE" too.)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    parser = _parser()
+    args = parser.parse_args(argv[:cut])
+    args.sbatch_args = argv[cut + 1:]
+    if args.sbatch_args and args.command != "submit":
+        parser.error(f"options after '--' are for sbatch and only taken by submit, "
+                     f"got {' '.join(args.sbatch_args)!r}")
     try:
         return _run(args)
     except (SpecError, SubmitError) as exc:

@@ -137,3 +137,29 @@ def test_output_onto_the_spec_is_refused(tmp_path, capsys):
     assert main(["render", str(spec), "-o", str(spec)]) == 2
     assert "-o: would overwrite the spec itself" in capsys.readouterr().err
     assert spec.read_text() == GOOD
+
+
+@pytest.mark.parametrize("argv,script,extra", [
+    (["submit", "S", "-o", "x.job", "--", "-A", "proj", "-o", "out-%j"], "x.job",
+     ["-A", "proj", "-o", "out-%j"]),
+    (["submit", "-o", "x.job", "S"], "x.job", []),
+    (["submit", "S", "--", "--parsable"], "S.job", ["--parsable"]),
+])
+def test_submit_splits_sbatch_options_at_double_dash(tmp_path, monkeypatch, argv, script, extra):
+    """Options after '--' go to sbatch unchanged; ours (-o) may come before or after SPEC."""
+    (tmp_path / "S").write_text(GOOD)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    monkeypatch.setattr("launcher.cli.sbatch", lambda s, e: calls.append((s, list(e))) or "7")
+    assert main(argv) == 0
+    assert calls == [(script, extra)]
+    assert (tmp_path / script).is_file()
+
+
+def test_double_dash_only_for_submit(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    with pytest.raises(SystemExit) as e:
+        main(["render", str(spec), "--", "-A", "x"])
+    assert e.value.code == 2
+    assert "only taken by submit" in capsys.readouterr().err
