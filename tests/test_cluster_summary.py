@@ -36,6 +36,12 @@ def test_parse_summaries_finds_prefixed_lines_anywhere():
     assert [s["steps"] for s in sj.parse_summaries(text)] == [20, 3]
 
 
+def test_parse_summaries_ignores_a_tag_glued_to_the_line_end():
+    """Seen in CI: mpirun --tag-output appended the next chunk's tag to the summary line."""
+    text = "[1,0]<stdout>:DDP_SUMMARY " + json.dumps(GOOD) + "[1,0]<stdout>:\n"
+    assert sj.parse_summaries(text) == [GOOD]
+
+
 def job(tmp_path, launch: str) -> str:
     path = tmp_path / "x.job"
     path.write_text("#!/bin/bash\n#SBATCH --nodes=2\n" + launch + "\n")

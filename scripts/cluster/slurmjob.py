@@ -112,7 +112,8 @@ def parse_summaries(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         idx = line.find(SUMMARY_PREFIX)
         if idx >= 0:
-            out.append(json.loads(line[idx + len(SUMMARY_PREFIX):]))
+            # raw_decode: mpirun --tag-output may glue another rank's tag to the line's end.
+            out.append(json.JSONDecoder().raw_decode(line[idx + len(SUMMARY_PREFIX):])[0])
     return out
 
 
