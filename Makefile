@@ -66,7 +66,7 @@ image.sqsh: image.sif
 	$(BUILD_IMAGE) enroot image.sif image.sqsh
 enroot-image: image.sqsh
 
-# --- Jobscripts (launcher composer, docs/spec.md) ----------------------------------------
+# --- Jobscripts (launcher composer, README.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).
 jobs:
 	@set -e; for spec in jobs/*.yaml; do \
