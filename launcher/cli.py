@@ -23,7 +23,7 @@ from launcher.submit import SubmitError, image_labels, sbatch, write_script
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m launcher",
-        description="Compose Slurm jobscripts from a YAML spec (see README.md, "Jobscript spec reference").")
+        description="Compose Slurm jobscripts from a YAML spec (see README.md: Jobscript spec reference).")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     # Also accepted after the subcommand; SUPPRESS keeps it from resetting the global one.
     debug = argparse.ArgumentParser(add_help=False)
