@@ -22,7 +22,7 @@ import torch.distributed as dist
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bw-mb", type=int, default=0)
-    ap.add_argument("--bw-iters", type=int, default=5)
+    ap.add_argument("--bw-iters", type=int, default=10)
     ap.add_argument("--crash-rank", type=int, default=-1)
     ap.add_argument("--work-s", type=float, default=30.0)
     a = ap.parse_args()
