@@ -38,3 +38,18 @@ def test_non_python_executable():
 def test_failing_worker_propagates():
     p = run("--standalone", "--nproc_per_node=2", "--no_python", "false")
     assert p.returncode != 0
+
+
+def test_torch_older_than_1_9_is_refused_in_one_line(tmp_path):
+    """A stand-in torch package reporting 1.8.1 (torchrun did not exist): one line, exit 2."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("__version__ = '1.8.1'\n")
+    p = subprocess.run([sys.executable, "-c", "import sys; from launcher.torchrun_jsc import main;"
+                        " sys.exit(main(['--nnodes=2', 't.py']))"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "torchrun_jsc: error: torch 1.8.1 is too old; torchrun_jsc needs torch >= 1.9 "
+        "(the first with torchrun)"]

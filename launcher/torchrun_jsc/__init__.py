@@ -13,7 +13,8 @@ import re
 import sys
 from typing import List, Mapping, Optional, Tuple
 
-from .decide import Decision, LaunchError, NetFacts, Request, apply, decide, describe, parse_endpoint
+from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
+                     MIN_TORCH, parse_endpoint, passthrough_reason)
 
 __all__ = ["main"]
 
@@ -33,10 +34,9 @@ def request_from_args(args, env: Mapping[str, str], version: Tuple[int, int]) ->
 
 def _decide(args, version: Tuple[int, int]) -> Decision:
     req = request_from_args(args, os.environ, version)
-    first = decide(req, NetFacts())
-    if not first.patch:
-        return first
-    from .netinfo import probe  # network probing only when there is an endpoint to patch for
+    if passthrough_reason(req):
+        return decide(req, NetFacts())  # nothing to patch: no network probing
+    from .netinfo import probe
 
     return decide(req, probe(parse_endpoint(req.rdzv_endpoint)))
 
@@ -44,11 +44,15 @@ def _decide(args, version: Tuple[int, int]) -> Decision:
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         import torch
-        from torch.distributed import run as torch_run
     except ImportError as e:
         print(f"torchrun_jsc: cannot import torch ({e}); install torch >= 1.9", file=sys.stderr)
         return 2
     version = torch_version(torch.__version__)
+    if version < MIN_TORCH:  # before torch.distributed.run existed: refuse in one line
+        print(f"torchrun_jsc: error: torch {torch.__version__} is too old; torchrun_jsc needs "
+              "torch >= 1.9 (the first with torchrun)", file=sys.stderr)
+        return 2
+    from torch.distributed import run as torch_run
     args = torch_run.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         d = _decide(args, version)
