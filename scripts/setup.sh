@@ -39,7 +39,6 @@ PREF
 
 apt_update_once() {
     [ -f /var/lib/apt/torchrun-jsc-updated ] && return 0
-    apt-get update -qq -o Dir::Etc::sourcelist=/dev/null 2>&1 | grep -v '^W:' || true
     apt-get update -qq
     touch /var/lib/apt/torchrun-jsc-updated
 }
