@@ -6,6 +6,6 @@ set -euo pipefail
 conf=/etc/apptainer/apptainer.conf
 [ -f "$conf" ] || { echo "apptainer-config: $conf missing; install apptainer first" >&2; exit 1; }
 sed -i 's/^root default capabilities = .*/root default capabilities = file/' "$conf"
-bounding=$(capsh --print | sed -n 's/^Bounding set =//p' | tr 'a-z' 'A-Z')
+bounding=$(capsh --print | sed -n 's/^Bounding set =//p' | tr '[:lower:]' '[:upper:]')
 # Quiet when they are already granted (a rerun); the whole output only when it fails.
 out=$(apptainer capability add --user root "$bounding" 2>&1) || { echo "$out" >&2; exit 1; }

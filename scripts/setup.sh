@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 apt_packages=(slurm-wlm munge squashfs-tools debootstrap openmpi-bin libopenmpi-dev
-              libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make)
+              libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin)
 
 add_trixie_sid() {
     local src=/etc/apt/sources.list.d/torchrun-jsc-trixie-sid.sources
