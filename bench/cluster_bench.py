@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from bench.stats import Series, interleave, ratio, table
+from bench.stats import interleave, ratio, seconds_to_ready, table
 from launcher.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
@@ -66,11 +66,10 @@ def launch_s(jobfile: str) -> Optional[float]:
     job_id = slurmjob.submit(jobfile, cwd=str(ROOT))
     slurmjob.wait_gone(job_id, 300)
     out = _output(job_id)
-    ready = [float(t) for t in re.findall(r"READY rank=\d+ t=([\d.]+)", out)]
-    if len(ready) != 4:
-        print(f"bench: {jobfile}: {len(ready)} of 4 ranks ready\n{out[-2000:]}", file=sys.stderr)
-        return None
-    return max(ready) - start
+    elapsed = seconds_to_ready(out, start, 4)
+    if elapsed is None:
+        print(f"bench: {jobfile}: not all 4 ranks ready\n{out[-2000:]}", file=sys.stderr)
+    return elapsed
 
 
 def teardown_s(jobfile: str, cap: float) -> Optional[float]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from bench.stats import Series, interleave, ratio, table
+from bench.stats import interleave, ratio, seconds_to_ready, table
 from tests import jscnet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,8 +40,8 @@ class Runner:
 
     def run(self, launcher: Sequence[str], n: int, endpoint: str, hosts: str,
             args: Sequence[str] = ()) -> Optional[str]:
+        """The nodes' joined output, or None (and the tail on stderr) if one failed."""
         self.port += 1
-        start = time.time()
         sub = jscnet.JscNet(self.net.nodes[:n], self.net.hosts_jsc, self.net.hosts_shared)
         results = sub.run_all(_argv(launcher, n, endpoint, self.port, args), hosts,
                               str(ROOT), TIMEOUT_S)
@@ -49,15 +49,11 @@ class Runner:
         if any(rc != 0 for rc, _ in results):
             print(f"bench: run failed ({launcher[-1]}, {n} nodes):\n{out[-2000:]}", file=sys.stderr)
             return None
-        self.last_start = start
         return out
 
     def rendezvous_s(self, launcher, n, endpoint, hosts) -> Optional[float]:
-        out = self.run(launcher, n, endpoint, hosts)
-        if out is None:
-            return None
-        ready = [float(t) for t in re.findall(r"READY rank=\d+ t=([\d.]+)", out)]
-        return max(ready) - self.last_start if len(ready) == n else None
+        start = time.time()
+        return seconds_to_ready(self.run(launcher, n, endpoint, hosts), start, n)
 
     def bandwidth(self, launcher, mb: int) -> Optional[float]:
         out = self.run(launcher, 2, "tjsc0001i", self.net.hosts_jsc, ("--bw-mb", str(mb)))

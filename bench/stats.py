@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -21,6 +22,12 @@ class Series:
             return "n/a"
         return (f"{self.median:.3g} {unit} (min {min(self.values):.3g}, "
                 f"max {max(self.values):.3g}, n={len(self.values)})")
+
+
+def seconds_to_ready(output: Optional[str], start: float, ranks: int) -> Optional[float]:
+    """Latest `READY rank=R t=EPOCH` line of bench/programs/ready.py minus start, if all came."""
+    ready = [float(t) for t in re.findall(r"READY rank=\d+ t=([\d.]+)", output or "")]
+    return max(ready) - start if len(ready) == ranks else None
 
 
 def ratio(a: Series, b: Series) -> str:
