@@ -59,9 +59,12 @@ start_munge() {
     if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then return 0; fi
     [ -f /etc/munge/munge.key ] || die "no /etc/munge/munge.key: run 'make setup' first"
     mkdir -p /run/munge && chown munge:munge /run/munge
-    runuser -u munge -- /usr/sbin/munged
+    runuser -u munge -- /usr/sbin/munged 9>&-  # the daemon must not keep our lock (fd 9)
     wait_until 10 sh -c 'munge -n </dev/null | unmunge' || die "munged did not come up"
-    pgrep -u munge -x munged | head -n1 >"$state/munged.pid"  # ours: down stops it
+    # ours: down stops it. munged's own PID file, not pgrep: right after the start pgrep also
+    # sees the daemonizing parent (and maybe an old munged still exiting).
+    cp /run/munge/munged.pid "$state/munged.pid"
+    pid_alive "$state/munged.pid" munged || die "munged is up but /run/munge/munged.pid is not its PID"
 }
 
 write_configs() {  # write_configs N
@@ -170,7 +173,7 @@ run_in_ns() {
     setsid "${enter[@]}" unshare --uts --mount --propagation slave -- \
         sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" "$4" &&
                shift 4 && exec "$@"' \
-        sh "$hostname" "$state/hosts" "$private" "$node_tmp" "$@" </dev/null >>"$log" 2>&1 &
+        sh "$hostname" "$state/hosts" "$private" "$node_tmp" "$@" </dev/null >>"$log" 2>&1 9>&- &
     echo $! >"$pidfile"
 }
 
@@ -281,7 +284,8 @@ cmd_status() {
 
 [ $# -ge 1 ] || die "usage: $0 up [N] | down | status"
 [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd); rerun with sudo"
-# One cluster operation at a time (a test session and `make demo` may race).
+# One cluster operation at a time (a test session and `make demo` may race). Every daemon is
+# started with fd 9 closed: one that inherited it would hold the lock for as long as it runs.
 exec 9>/run/torchrun-jsc-cluster.lock
 flock -w 300 9 || die "another cluster.sh holds /run/torchrun-jsc-cluster.lock"
 case $1 in

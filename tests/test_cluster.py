@@ -21,6 +21,7 @@ pytestmark = pytest.mark.ring3
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
 STATE = Path("/run/torchrun-jsc-cluster")
+LOCK = Path("/run/torchrun-jsc-cluster.lock")
 
 # Run on every node by srun: resolve own and peer names, try to reach the peer's slurmd port.
 PROBE = r"""
@@ -98,7 +99,21 @@ def test_refuses_when_not_root():
     assert p.stderr.count("\n") == 1 and "must run as root" in p.stderr, p.stderr
 
 
+def lock_holders() -> list[str]:
+    """Processes with scripts/cluster.sh's lock file open (a daemon that inherited it blocks
+    every later `up`/`down` until it exits)."""
+    held = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if os.readlink(fd) == str(LOCK):
+                held.append(f"{fd.parts[2]} {Path(f'/proc/{fd.parts[2]}/comm').read_text().strip()}")
+        except OSError:  # the process or fd went away while we looked
+            continue
+    return held
+
+
 def test_down_and_up_are_idempotent_and_leave_nothing(cluster):
+    assert lock_holders() == [], "a daemon holds the cluster lock: the next `up` would wait 300 s"
     before = slurmd_pids()
     t0 = time.monotonic()
     p = sh([*CLUSTER, "up"])
@@ -121,6 +136,10 @@ def test_down_and_up_are_idempotent_and_leave_nothing(cluster):
     print(f"cluster up from nothing: {up_s:.1f} s")
     status = sh([*CLUSTER, "status"])
     assert status.returncode == 0 and "idle" in status.stdout, status.stdout
+    assert lock_holders() == []
+    munged = (STATE / "munged.pid").read_text().strip() if (STATE / "munged.pid").exists() else None
+    if munged is not None:  # recorded only when `up` started it: then it is the live daemon
+        assert Path(f"/proc/{munged}/comm").read_text().strip() == "munged"
 
 
 HELLO_MPI = r"""
