@@ -16,7 +16,8 @@ from typing import Mapping, Optional, Sequence
 from launcher import __version__
 from launcher.jobscript import render_jobscript
 from launcher.plans import render_preview
-from launcher.spec import JobSpec, SpecError, load_spec
+from launcher.model import JobSpec, SpecError
+from launcher.spec import load_spec
 from launcher.submit import SubmitError, image_labels, sbatch, write_script
 
 

@@ -16,7 +16,7 @@ from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, sbatch_quote, \
     word
-from launcher.spec import JobSpec
+from launcher.model import JobSpec
 
 
 def sbatch_options(spec: JobSpec, plan: Plan) -> List[Tuple[str, Optional[str]]]:

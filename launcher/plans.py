@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Tuple
 
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Token, Var, resolve, word
-from launcher.spec import JobSpec, SpecError
+from launcher.model import JobSpec, SpecError
 
 NNODES = Var("nnodes")
 NTASKS = Var("ntasks")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence, Type, Union
 
 from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, word
-from launcher.spec import Bind, JobSpec, Runtime
+from launcher.model import Bind, JobSpec, Runtime
 
 PWD = Var("PWD")
 

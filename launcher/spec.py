@@ -1,4 +1,4 @@
-"""Load and validate a YAML job spec into a frozen JobSpec.
+"""Load and validate a YAML job spec into a frozen JobSpec (launcher.model).
 
 Where it sits: **spec** -> runtimes/plans -> jobscript text -> submit. Everything a user can
 get wrong is caught here, before anything is rendered, and reported as one SpecError line:
@@ -7,112 +7,14 @@ get wrong is caught here, before anything is rendered, and reported as one SpecE
 
 from __future__ import annotations
 
-import difflib
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Tuple, cast
-
-import yaml
+from typing import Any, Optional, Tuple, cast
 
 from launcher import shell
-
-Mode = Literal["torchrun", "srun", "horovod", "mpirun_torchrun"]
-RuntimeKind = Literal["bare", "apptainer", "enroot", "pyxis"]
-MpiLauncher = Literal["srun", "mpirun"]
-MODES: Tuple[str, ...] = ("torchrun", "srun", "horovod", "mpirun_torchrun")
-RUNTIME_KINDS: Tuple[str, ...] = ("bare", "apptainer", "enroot", "pyxis")
-_MISSING = object()
-
-
-class SpecError(Exception):
-    """A spec that cannot be rendered; str() is the one line the CLI prints."""
-
-    def __init__(self, file: str, path: str, message: str, value: Any = _MISSING) -> None:
-        self.file, self.path, self.message, self.value = file, path, message, value
-        text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
-        if value is not _MISSING:
-            shown = repr(value)
-            text += f", got {shown if len(shown) <= 80 else shown[:77] + '...'}"
-        super().__init__(text)
-
-
-@dataclass(frozen=True)
-class Bind:
-    source: str
-    target: str
-    read_only: bool = False
-
-
-@dataclass(frozen=True)
-class Job:
-    name: str
-    nodes: int
-    time: Optional[str] = None
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    cpus_per_task: Optional[int] = None
-    gpus_per_node: int = 0
-    output: str = "%x-%j.out"
-    error: Optional[str] = None
-    node_output: Optional[str] = "logs/%x-%j.node%n.out"
-    sbatch: Tuple[Tuple[str, Optional[str]], ...] = ()
-
-
-@dataclass(frozen=True)
-class Site:
-    profile: str
-    hostname_suffix: str = ""
-    socket_ifname: Optional[str] = None
-    modules: Tuple[str, ...] = ()
-    venv: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class Env:
-    values: Tuple[Tuple[str, str], ...] = ()
-    passthrough: Tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Runtime:
-    kind: RuntimeKind
-    image: Optional[str] = None
-    binds: Tuple[Bind, ...] = ()
-    bind_cwd: bool = True
-    nv: Optional[bool] = None  # None: --nv exactly when GPUs are requested
-    cache_dir: Optional[str] = None
-    container_name: Optional[str] = None
-    data_path: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class Launch:
-    mode: Mode
-    procs_per_node: int
-    command: str = "torchrun_jsc"
-    rdzv_port: Optional[int] = None
-    max_restarts: int = 0
-    mpi: MpiLauncher = "srun"
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    source: str
-    job: Job
-    site: Site
-    env: Env
-    runtime: Runtime
-    launch: Launch
-    program: Tuple[str, ...]
-
-
-# Built-in site profiles. JSC: nodes reach each other through `<hostname>i`. The socket
-# interface is left unset on purpose: torchrun_jsc picks the one that routes to the endpoint.
-SITE_PROFILES = {
-    "jsc": Site("jsc", hostname_suffix="i"),
-    "generic": Site("generic"),
-}
+from launcher.model import (MODES, RUNTIME_KINDS, SITE_PROFILES, Bind, Env, Job, JobSpec,
+                            Launch, Mode, MpiLauncher, Runtime, RuntimeKind, Site, SpecError)
+from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
@@ -140,105 +42,10 @@ _OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
-class _Reader:
-    """Typed accessors that raise SpecError with the YAML path of the offending value."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def fail(self, path: str, message: str, value: Any = _MISSING) -> SpecError:
-        return SpecError(self.file, path, message, value)
-
-    def mapping(self, path: str, value: Any, allowed: Sequence[str],
-                required: Sequence[str] = ()) -> dict:
-        if not isinstance(value, dict):
-            raise self.fail(path, "must be a mapping", value)
-        for key in value:
-            if not isinstance(key, str) or key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else \
-                    f" (accepted: {', '.join(allowed)})"
-                raise self.fail(path, f"unknown key {str(key)!r}{hint}")
-        for key in required:
-            if value.get(key) is None:
-                raise self.fail(_join(path, key), "is required")
-        return value
-
-    def string(self, path: str, value: Any, *, empty: bool = False, newline: bool = True) -> str:
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise self.fail(path, "must be a string", value)
-        text = str(value)
-        if not empty and text == "":
-            raise self.fail(path, "must not be empty", value)
-        if not newline and ("\n" in text or "\r" in text):
-            raise self.fail(path, "must not contain a newline", value)
-        return text
-
-    def opt_string(self, path: str, value: Any, **kw: bool) -> Optional[str]:
-        return None if value is None else self.string(path, value, **kw)
-
-    def integer(self, path: str, value: Any, minimum: int, maximum: int = 1 << 31) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, "must be an integer", value)
-        if not minimum <= value <= maximum:
-            raise self.fail(path, f"must be between {minimum} and {maximum}", value)
-        return value
-
-    def boolean(self, path: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(path, "must be true or false", value)
-        return value
-
-    def choice(self, path: str, value: Any, choices: Sequence[str]) -> str:
-        if value not in choices:
-            raise self.fail(path, f"must be one of {', '.join(choices)}", value)
-        return cast(str, value)
-
-    def strings(self, path: str, value: Any, **kw: bool) -> Tuple[str, ...]:
-        if not isinstance(value, list):
-            raise self.fail(path, "must be a list", value)
-        return tuple(self.string(f"{path}[{i}]", v, **kw) for i, v in enumerate(value))
-
-    def matching(self, path: str, value: Any, pattern: "re.Pattern[str]", what: str) -> str:
-        text = self.string(path, value)
-        if not pattern.match(text):
-            raise self.fail(path, f"must be {what}", value)
-        return text
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-class _DuplicateKeyLoader(yaml.SafeLoader):
-    pass
-
-
-def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)  # type: ignore[no-untyped-call]
-        if isinstance(key, (str, int, float, bool)) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key) if isinstance(key, (str, int, float, bool)) else None
-    return loader.construct_mapping(node)
-
-
-_DuplicateKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
 def parse_spec(text: str, file: str) -> JobSpec:
     """Validate YAML text (named ``file`` in messages) into a JobSpec."""
-    try:
-        data = yaml.load(text, Loader=_DuplicateKeyLoader)  # noqa: S506 (safe loader subclass)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise SpecError(file, "", f"{where}malformed YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(file, "", f"malformed YAML: {exc}") from None
-    r = _Reader(file)
+    data = load_yaml(text, file)
+    r = Reader(file)
     top = r.mapping("", data if data is not None else {}, _TOP, required=("job", "program"))
     job = _load_job(r, top["job"], Path(file).stem)
     launch = _load_launch(r, top.get("launch", {}), job)
@@ -262,7 +69,7 @@ def load_spec(path: str) -> JobSpec:
     return parse_spec(text, path)
 
 
-def _load_job(r: _Reader, value: Any, default_name: str) -> Job:
+def _load_job(r: Reader, value: Any, default_name: str) -> Job:
     m = r.mapping("job", value, _JOB, required=("nodes",))
     s = lambda key: r.opt_string(f"job.{key}", m.get(key), newline=False)  # noqa: E731
     for key in ("time", "partition", "account", "output", "error", "node_output"):
@@ -292,14 +99,14 @@ def _load_job(r: _Reader, value: Any, default_name: str) -> Job:
     )
 
 
-def _no_dollar(r: _Reader, path: str, value: Any) -> None:
+def _no_dollar(r: Reader, path: str, value: Any) -> None:
     # The classic hand-written bug: sbatch and srun never expand variables in options.
     if isinstance(value, str) and "$" in value:
         raise r.fail(path, "sbatch/srun do not expand variables here; write the value "
                      "(Slurm's own %-patterns like %j and %x do work)", value)
 
 
-def _node_output(r: _Reader, value: Any) -> str:
+def _node_output(r: Reader, value: Any) -> str:
     text = r.string("job.node_output", value, newline=False)
     if "%" in text.rpartition("/")[0]:
         raise r.fail("job.node_output", "the directory part cannot hold %-patterns (the script "
@@ -307,7 +114,7 @@ def _node_output(r: _Reader, value: Any) -> str:
     return text
 
 
-def _load_sbatch(r: _Reader, value: Any) -> Tuple[Tuple[str, Optional[str]], ...]:
+def _load_sbatch(r: Reader, value: Any) -> Tuple[Tuple[str, Optional[str]], ...]:
     if not isinstance(value, dict):
         raise r.fail("job.sbatch", "must be a mapping of sbatch option to value", value)
     out = []
@@ -326,7 +133,7 @@ def _load_sbatch(r: _Reader, value: Any) -> Tuple[Tuple[str, Optional[str]], ...
     return tuple(sorted(out))
 
 
-def _load_site(r: _Reader, value: Any) -> Site:
+def _load_site(r: Reader, value: Any) -> Site:
     if isinstance(value, str):
         value = {"profile": value}
     m = r.mapping("site", value, _SITE)
@@ -348,7 +155,7 @@ def _load_site(r: _Reader, value: Any) -> Site:
     )
 
 
-def _load_env(r: _Reader, value: Any) -> Env:
+def _load_env(r: Reader, value: Any) -> Env:
     m = r.mapping("env", value, ("set", "pass"))
     values = m.get("set", {})
     if not isinstance(values, dict):
@@ -368,7 +175,7 @@ def _load_env(r: _Reader, value: Any) -> Env:
     return Env(values=tuple(sorted(pairs)), passthrough=tuple(sorted(set(names))))
 
 
-def _load_binds(r: _Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
+def _load_binds(r: Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
     if not isinstance(value, list):
         raise r.fail("runtime.binds", "must be a list of {source, target, read_only}", value)
     binds = []
@@ -392,7 +199,7 @@ def _load_binds(r: _Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
     return tuple(binds)
 
 
-def _load_runtime(r: _Reader, value: Any) -> Runtime:
+def _load_runtime(r: Reader, value: Any) -> Runtime:
     if isinstance(value, str):
         value = {"kind": value}
     if not isinstance(value, dict):
@@ -418,7 +225,7 @@ def _load_runtime(r: _Reader, value: Any) -> Runtime:
     )
 
 
-def _load_launch(r: _Reader, value: Any, job: Job) -> Launch:
+def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
     m = r.mapping("launch", value, _LAUNCH)
     mode = r.choice("launch.mode", m.get("mode", "torchrun"), MODES)
     default_procs = job.gpus_per_node or 1

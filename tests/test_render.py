@@ -13,7 +13,8 @@ from launcher import __version__
 from launcher.jobscript import render_jobscript
 from launcher.plans import expand_nodelist, plan_launch, render_preview
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
-from launcher.spec import SpecError, load_spec, parse_spec
+from launcher.model import SpecError
+from launcher.spec import load_spec, parse_spec
 from tests.fakes.fake import parse_sbatch_lines
 
 pytestmark = pytest.mark.ring1

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from launcher.spec import SITE_PROFILES, Bind, SpecError, load_spec, parse_spec
+from launcher.model import SITE_PROFILES, Bind, SpecError
+from launcher.spec import load_spec, parse_spec
 
 pytestmark = pytest.mark.ring1
 

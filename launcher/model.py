@@ -1,0 +1,108 @@
+"""The frozen data a job spec becomes, and the one error type the loader raises.
+
+Where it sits: spec (YAML -> these types) -> runtimes/plans -> jobscript text -> submit.
+Pure data: no I/O, no validation (launcher.spec does that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Tuple
+
+Mode = Literal["torchrun", "srun", "horovod", "mpirun_torchrun"]
+RuntimeKind = Literal["bare", "apptainer", "enroot", "pyxis"]
+MpiLauncher = Literal["srun", "mpirun"]
+MODES: Tuple[str, ...] = ("torchrun", "srun", "horovod", "mpirun_torchrun")
+RUNTIME_KINDS: Tuple[str, ...] = ("bare", "apptainer", "enroot", "pyxis")
+MISSING = object()  # SpecError's value when there is none to show
+
+
+class SpecError(Exception):
+    """A spec that cannot be rendered; str() is the one line the CLI prints."""
+
+    def __init__(self, file: str, path: str, message: str, value: Any = MISSING) -> None:
+        self.file, self.path, self.message, self.value = file, path, message, value
+        text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
+        if value is not MISSING:
+            shown = repr(value)
+            text += f", got {shown if len(shown) <= 80 else shown[:77] + '...'}"
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    nodes: int
+    time: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    cpus_per_task: Optional[int] = None
+    gpus_per_node: int = 0
+    output: str = "%x-%j.out"
+    error: Optional[str] = None
+    node_output: Optional[str] = "logs/%x-%j.node%n.out"
+    sbatch: Tuple[Tuple[str, Optional[str]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Site:
+    profile: str
+    hostname_suffix: str = ""
+    socket_ifname: Optional[str] = None
+    modules: Tuple[str, ...] = ()
+    venv: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Env:
+    values: Tuple[Tuple[str, str], ...] = ()
+    passthrough: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Runtime:
+    kind: RuntimeKind
+    image: Optional[str] = None
+    binds: Tuple[Bind, ...] = ()
+    bind_cwd: bool = True
+    nv: Optional[bool] = None  # None: --nv exactly when GPUs are requested
+    cache_dir: Optional[str] = None
+    container_name: Optional[str] = None
+    data_path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    mode: Mode
+    procs_per_node: int
+    command: str = "torchrun_jsc"
+    rdzv_port: Optional[int] = None
+    max_restarts: int = 0
+    mpi: MpiLauncher = "srun"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    source: str
+    job: Job
+    site: Site
+    env: Env
+    runtime: Runtime
+    launch: Launch
+    program: Tuple[str, ...]
+
+
+# Built-in site profiles. JSC: nodes reach each other through `<hostname>i`. The socket
+# interface is left unset on purpose: torchrun_jsc picks the one that routes to the endpoint.
+SITE_PROFILES = {
+    "jsc": Site("jsc", hostname_suffix="i"),
+    "generic": Site("generic"),
+}
+
