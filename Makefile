@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-fast jobs image horovod-image enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-fast torch-compat jobs image horovod-image enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +16,12 @@ test-fast:
 
 test: setup
 	$(PY) -m pytest -ra tests
+
+# The launcher's real two-node test under older torch releases (own venvs in build/; several
+# GB of CUDA wheels from PyPI, so not part of `make test`). TORCH_VERSIONS="2.4.1 ..." to pick.
+TORCH_VERSIONS ?= 1.9.0 1.13.1 2.0.1 2.4.1 2.5.1
+torch-compat: setup
+	bash scripts/torch-compat.sh $(TORCH_VERSIONS)
 
 # --- Images (containers/, scripts/build-image.sh, docs/containers.md) ---------------------
 # BASE=local (default, CI): Debian bookworm via debootstrap + the on-disk torch wheel.

@@ -68,10 +68,23 @@ class JscNet:
             try:
                 out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                # Not only p: workers the launcher started would keep the output pipe open.
+                for node in self.nodes:
+                    kill_node_processes(node)
                 out = p.communicate()[0] + "\n<killed: node timeout>"
             results.append((p.returncode, out))
         return results
+
+
+def kill_node_processes(node: str) -> None:
+    """SIGKILL every process in the node's network namespace (all of them are the test's)."""
+    pids = subprocess.run(["ip", "netns", "pids", _netns(node)], capture_output=True,
+                          text=True).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), 9)
+        except ProcessLookupError:
+            pass
 
 
 def _clean_env(extra: Dict[str, str]) -> Dict[str, str]:
@@ -86,6 +99,7 @@ def down() -> None:
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for name in (line.split()[0] for line in listing.splitlines() if line.strip()):
         if name.startswith("tjsc-"):
+            kill_node_processes(name[len("tjsc-"):])
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 

@@ -1,13 +1,18 @@
-"""Ring 3: real torch 2.13 processes over real sockets, two nodes in namespaces (root).
+"""Ring 3: real torch processes over real sockets, two nodes in namespaces (root).
 
 The network is JSC-like (tests/jscnet.py): hostname tjsc0001 is not reachable from the
 other node, tjsc0001i is. Plain torchrun must fail here (the bug is reproduced), and
 torchrun_jsc must pass with and without Slurm variables. Control: when the hostname itself
 is on the shared segment, both pass.
+
+The interpreter (and so the torch release) is this one, torch 2.13 in CI, unless
+TORCHRUN_JSC_TEST_PYTHON names another: scripts/torch-compat.sh runs this file under older
+releases (1.9, 1.13, 2.0, 2.4, 2.5) in their own virtual environments (make torch-compat).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -21,7 +26,7 @@ from tests import jscnet
 pytestmark = pytest.mark.ring3
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+PYTHON = os.environ.get("TORCHRUN_JSC_TEST_PYTHON") or sys.executable
 PROGRAM = str(ROOT / "tests" / "programs" / "collectives_check.py")
 NODE_TIMEOUT_S = 120
 
@@ -42,16 +47,29 @@ def launch(net: jscnet.JscNet, launcher: List[str], endpoint: str, hosts: str,
     return net.run_all(argv, hosts, str(ROOT), NODE_TIMEOUT_S, env_per_node)
 
 
-TORCHRUN_JSC = [str(BIN / "python"), "-m", "launcher.torchrun_jsc"]
-TORCHRUN = [str(BIN / "torchrun")]
+TORCHRUN_JSC = [PYTHON, "-m", "launcher.torchrun_jsc"]
+TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]  # = torchrun (torch 1.9 has no script)
 SLURM = {n: {"SLURM_NODEID": str(i), "SLURM_JOB_ID": "42"} for i, n in enumerate(jscnet.NODES)}
 
 
-def assert_all_ok(results):
+def torch_version() -> str:
+    """The torch release PYTHON runs (what every COLLECTIVES_OK line must report)."""
+    p = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                       capture_output=True, text=True, timeout=120, check=True)
+    return p.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def release() -> str:
+    return torch_version()
+
+
+def assert_all_ok(results, release):
     for rc, out in results:
         assert rc == 0, out[-3000:]
         assert out.count("COLLECTIVES_OK") == 2, out[-3000:]
         assert "world=4 sum=10 gather=[0, 1, 2, 3]" in out
+        assert out.count(f"torch={release}") == 2, out[-3000:]
 
 
 def test_plain_torchrun_fails_on_jsc_network(net):
@@ -62,29 +80,32 @@ def test_plain_torchrun_fails_on_jsc_network(net):
     assert not any("COLLECTIVES_OK" in out for _, out in results)
 
 
-def test_torchrun_jsc_passes_with_slurm_nodeid(net):
+def test_torchrun_jsc_passes_with_slurm_nodeid(net, release):
     results = launch(net, TORCHRUN_JSC, "tjsc0001i:29612", net.hosts_jsc, SLURM)
-    assert_all_ok(results)
+    assert_all_ok(results, release)
     host_out, peer_out = results[0][1], results[1][1]
     assert "is_host=True (network" in host_out and "is_host=False (network" in peer_out
     assert "local_addr=10.77.1.2" in peer_out
     assert "gloo_ifname=tjsc0002i" in peer_out
+    # torch < 2.5 has no --local_addr: the one compat module stands in, and says so
+    old = tuple(int(x) for x in release.split("+")[0].split(".")[:2]) < (2, 5)
+    assert ("old-torch fallback" in peer_out) == old, peer_out[-3000:]
 
 
-def test_torchrun_jsc_passes_without_slurm(net):
-    assert_all_ok(launch(net, TORCHRUN_JSC, "tjsc0001i:29613", net.hosts_jsc))
+def test_torchrun_jsc_passes_without_slurm(net, release):
+    assert_all_ok(launch(net, TORCHRUN_JSC, "tjsc0001i:29613", net.hosts_jsc), release)
 
 
-def test_endpoint_on_second_node(net):
+def test_endpoint_on_second_node(net, release):
     """The store host need not be node rank 0, and SLURM_NODEID may point elsewhere."""
     results = launch(net, TORCHRUN_JSC, "tjsc0002i:29614", net.hosts_jsc, SLURM)
-    assert_all_ok(results)
+    assert_all_ok(results, release)
     assert "network wins" in results[0][1] and "is_host=True" in results[1][1]
 
 
 @pytest.mark.parametrize("launcher", [TORCHRUN, TORCHRUN_JSC], ids=["torchrun", "torchrun_jsc"])
-def test_control_hostname_endpoint_on_shared_segment(net, launcher):
-    assert_all_ok(launch(net, launcher, "tjsc0001:29615", net.hosts_shared))
+def test_control_hostname_endpoint_on_shared_segment(net, release, launcher):
+    assert_all_ok(launch(net, launcher, "tjsc0001:29615", net.hosts_shared), release)
 
 
 @pytest.mark.parametrize("endpoint,msg", [

@@ -28,12 +28,21 @@ def main() -> int:
     gathered = [torch.zeros(1) for _ in range(world)]
     dist.all_gather(gathered, torch.tensor([float(rank)]))
     got = [int(g.item()) for g in gathered]
+    ok = t.item() == want_sum and got == list(range(world))
+    if ok:
+        print(f"COLLECTIVES_OK rank={rank} world={world} sum={int(t.item())} gather={got} "
+              f"torch={torch.__version__}", flush=True)
+    else:
+        print(f"COLLECTIVES_BAD rank={rank} sum={t.item()} want={want_sum} gather={got}",
+              flush=True)
+    dist.barrier()  # every rank is done with every collective
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 8):
+        # pytorch/pytorch#56297: before torch 2.8 (#154976) destroying a gloo group holds the
+        # GIL while it joins its threads, which may still need the GIL to free a finished
+        # collective's tensors: a deadlock (seen here with 2.4 and 2.5). Leave without it.
+        os._exit(0 if ok else 1)
     dist.destroy_process_group()
-    if t.item() != want_sum or got != list(range(world)):
-        print(f"COLLECTIVES_BAD rank={rank} sum={t.item()} want={want_sum} gather={got}")
-        return 1
-    print(f"COLLECTIVES_OK rank={rank} world={world} sum={int(t.item())} gather={got}", flush=True)
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
