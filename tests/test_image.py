@@ -222,3 +222,51 @@ def test_interrupted_build_leaves_nothing(image: Path, tmp_path: Path) -> None:
     proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == []
+
+
+BUILD_USER = "tjscbuild"  # an ordinary account made for this test, with subordinate IDs
+
+
+def ensure_build_user() -> None:
+    """Idempotent: the user, and /etc/subuid + /etc/subgid ranges that --fakeroot maps."""
+    if subprocess.run(["id", BUILD_USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", BUILD_USER], check=True)
+    for path in ("/etc/subuid", "/etc/subgid"):
+        lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+        if not any(line.startswith(BUILD_USER + ":") for line in lines):
+            with open(path, "a") as f:
+                f.write(f"{BUILD_USER}:300000:65536\n")
+
+
+def test_fakeroot_build_as_unprivileged_user(image: Path) -> None:
+    """FAKEROOT=1: an ordinary user builds the launcher layer on the (root-built) base with
+    `apptainer build --fakeroot`, and the image passes its %test, as on sites without root."""
+    ensure_build_user()
+    top = Path(tempfile.mkdtemp(prefix="build-image-fakeroot-", dir="/tmp"))
+    try:
+        copy = top / "repo"
+        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "*.sif", "*.sqsh", "bench-results", "logs", "__pycache__",
+            ".pytest_cache", "wheelhouse"))
+        (copy / "build").mkdir()
+        try:  # the root-built base, read-only (the checkout's parents may be closed to the user)
+            os.link(BASE, copy / "build" / "base-local.sif")
+        except OSError:
+            shutil.copy(BASE, copy / "build" / "base-local.sif")
+        subprocess.run(["chown", "-R", f"{BUILD_USER}:", str(top)], check=True)
+        out = copy / "fakeroot.sif"
+        r = subprocess.run(["runuser", "-u", BUILD_USER, "--", "env", f"HOME=/home/{BUILD_USER}",
+                            "FAKEROOT=1", "bash", "scripts/build-image.sh", "image", "local",
+                            str(out)], cwd=copy, capture_output=True, text=True, timeout=900)
+        log = copy / "build" / "logs" / "fakeroot.sif.log"
+        assert r.returncode == 0, r.stdout + r.stderr + (log.read_text()[-3000:] if log.exists() else "")
+        assert f"build-image: wrote {out}" in r.stdout
+        assert out.stat().st_uid != 0  # written by the user, not by root
+        # build-image.sh ran the image's %test as that user before it renamed the output
+        test_log = (copy / "build" / "logs" / "image.test.log").read_text()
+        assert "ALLREDUCE_OK world_size=2 sum=3" in test_log.splitlines(), test_log[-2000:]
+        labels = json.loads(run(["apptainer", "inspect", "--json", "--labels", str(out)]).stdout)
+        assert labels["data"]["attributes"]["labels"]["org.torchrun-jsc.launcher-version"] == \
+            launcher.__version__
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
