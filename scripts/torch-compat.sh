@@ -7,8 +7,8 @@
 # Why these: 1.9 is the first torchrun (no is_host in --rdzv_conf: compat patches the hostname
 # match); 1.13 is the last 1.x; 2.0 publishes the agent's FQDN as MASTER_ADDR; 2.4 builds it in
 # RendezvousStoreInfo.build; 2.5 is the first with --local_addr (no patch at all).
-# Not part of `make test`: PyPI has only CUDA builds of these releases (1-3 GB each with their
-# nvidia-* wheels), too much for every CI run. Needs root (namespaces) and `make setup`.
+# Not part of `make test`: PyPI has only CUDA builds of these releases (1.7-5 GB per venv with
+# their nvidia-* wheels), too much for every CI run. Needs root (namespaces) and `make setup`.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
