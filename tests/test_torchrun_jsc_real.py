@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+from launcher.torchrun_jsc import torch_version
 from tests import jscnet
 
 pytestmark = pytest.mark.ring3
@@ -52,7 +53,7 @@ TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]  # = torchrun (torch 1.9 has 
 SLURM = {n: {"SLURM_NODEID": str(i), "SLURM_JOB_ID": "42"} for i, n in enumerate(jscnet.NODES)}
 
 
-def torch_version() -> str:
+def release_of_python() -> str:
     """The torch release PYTHON runs (what every COLLECTIVES_OK line must report)."""
     p = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                        capture_output=True, text=True, timeout=120, check=True)
@@ -61,7 +62,7 @@ def torch_version() -> str:
 
 @pytest.fixture(scope="module")
 def release() -> str:
-    return torch_version()
+    return release_of_python()
 
 
 def assert_all_ok(results, release):
@@ -88,7 +89,7 @@ def test_torchrun_jsc_passes_with_slurm_nodeid(net, release):
     assert "local_addr=10.77.1.2" in peer_out
     assert "gloo_ifname=tjsc0002i" in peer_out
     # torch < 2.5 has no --local_addr: the one compat module stands in, and says so
-    old = tuple(int(x) for x in release.split("+")[0].split(".")[:2]) < (2, 5)
+    old = torch_version(release) < (2, 5)
     assert ("old-torch fallback" in peer_out) == old, peer_out[-3000:]
 
 
