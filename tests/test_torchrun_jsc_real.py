@@ -53,16 +53,12 @@ TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]  # = torchrun (torch 1.9 has 
 SLURM = {n: {"SLURM_NODEID": str(i), "SLURM_JOB_ID": "42"} for i, n in enumerate(jscnet.NODES)}
 
 
-def release_of_python() -> str:
+@pytest.fixture(scope="module")
+def release() -> str:
     """The torch release PYTHON runs (what every COLLECTIVES_OK line must report)."""
     p = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                        capture_output=True, text=True, timeout=120, check=True)
     return p.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def release() -> str:
-    return release_of_python()
 
 
 def assert_all_ok(results, release):
