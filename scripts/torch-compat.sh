@@ -27,9 +27,8 @@ python_minor() {  # the newest Python a release supports (1.13 has 3.11 wheels t
     esac
 }
 
-python_for() {  # a working pythonX.Y (pyenv's shims exist for versions not selected: try it)
-    local want c
-    want=$(python_minor "$1")
+python_for() {  # python_for TORCH X.Y: a working pythonX.Y (pyenv shims exist but may fail)
+    local want=$2 c
     for c in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$want".*/bin/"python$want" \
              "$(command -v "python$want" 2>/dev/null || true)"; do
         if [ -n "$c" ] && "$c" -c 'import venv' >/dev/null 2>&1; then echo "$c"; return 0; fi
@@ -43,12 +42,13 @@ failed=()
 for v in "${versions[@]}"; do
     [[ "$v" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "bad torch version '$v' (accepted: X.Y.Z, e.g. 2.4.1)"
     venv=$repo/build/torch-compat/$v
+    minor=$(python_minor "$v")
     check="import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$v' or
-                                      '%d.%d' % sys.version_info[:2] != '$(python_minor "$v")')"
+                                      '%d.%d' % sys.version_info[:2] != '$minor')"
     if ! "$venv/bin/python" -c "$check" 2>/dev/null; then
         echo "$prog: torch $v: creating $venv" >&2
         rm -rf "$venv"
-        "$(python_for "$v")" -m venv "$venv"
+        "$(python_for "$v" "$minor")" -m venv "$venv"
         # numpy < 2: the releases before 2.3 were built against numpy 1.x
         "$venv/bin/pip" install -q "torch==$v" "numpy<2" || die "pip could not install torch==$v"
     fi
