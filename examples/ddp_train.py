@@ -10,7 +10,8 @@ DistributedSampler; learning rate scaled by the world size. Rank 0 writes a chec
 restarted job resumes from it. Rank 0 ends with exactly one line
 
     DDP_SUMMARY {"world_size": ..., "steps": ..., "loss_first": ..., "loss_last": ...,
-                 "params_identical": ..., "resumed_from_step": ..., ...}
+                 "params_identical": ..., "resumed_from_step": ...,
+                 "allowed_cpus_min": ..., ...}
 
 --crash-rank R --crash-step S make rank R die (os._exit(3)) at step S, for failure tests.
 """
@@ -141,8 +142,10 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     # Free DDP (its reducer holds the process group) now, not during interpreter teardown.
     del ddp
     gc.collect()
-    hosts: list[Any] = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
+    # Where each rank ran and which CPUs it may use: a launcher that got one core from Slurm
+    # passes that mask to all its workers, and the run is slow with no error anywhere.
+    placement: list[Any] = [None] * world
+    dist.all_gather_object(placement, (socket.gethostname(), sorted(os.sched_getaffinity(0))))
     return {
         "world_size": world,
         "steps": step,
@@ -152,7 +155,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
         "params_identical": params_identical(model, world),
         "resumed_from_step": start,
         "backend": dist.get_backend(),
-        "hosts": sorted(set(hosts)),
+        "hosts": sorted({host for host, _ in placement}),
+        "allowed_cpus_min": min(len(cpus) for _, cpus in placement),
+        "allowed_cpus": sorted({",".join(map(str, cpus)) for _, cpus in placement}),
     }
 
 

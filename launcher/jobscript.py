@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from typing import List, Optional, Tuple
 
 from launcher import __version__
+from launcher.placement import cpu_lines, exclusive_default
 from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, sbatch_quote, \
@@ -31,6 +32,9 @@ def sbatch_options(spec: JobSpec, plan: Plan) -> List[Tuple[str, Optional[str]]]
                 "gpus-per-node": str(job.gpus_per_node) if job.gpus_per_node else None}
     opts += [(k, v) for k, v in optional.items() if v is not None]
     opts += list(job.sbatch)
+    exclusive = exclusive_default(spec)
+    if exclusive is not None:
+        opts.append(exclusive)
     return sorted(opts)
 
 
@@ -81,10 +85,7 @@ def _env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
 
 
 def _geometry_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    out: List[Statement] = [
-        Raw("# srun does not inherit --cpus-per-task from sbatch (Slurm >= 22.05)."),
-        Raw('if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then '
-            'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"; fi'),
+    out: List[Statement] = cpu_lines(plan.srun_tasks_per_node) + [
         Raw("# The node count comes from the allocation: #SBATCH --nodes is its only source."),
         Raw('nnodes="$SLURM_JOB_NUM_NODES"'),
     ]

@@ -84,6 +84,11 @@ class Plan:
         return self.task_env == SRUN_TASK_ENV
 
     @property
+    def srun_tasks_per_node(self) -> int:
+        """Tasks srun starts per node: mpirun's srun starts one daemon per node."""
+        return 1 if self.starter[:1] == ("mpirun",) else self.tasks_per_node
+
+    @property
     def launch(self) -> Tuple[Token, ...]:
         return self.starter + self.task
 

@@ -5,6 +5,17 @@
 #   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridge
 #   bash scripts/cluster.sh status    # sinfo
 #
+# Strict like a real site (a test that passes only because the lab is kinder than a cluster
+# is a defect of the lab):
+#   - tasks are bound to cores (TaskPlugin=task/affinity); each node declares the cores this
+#     machine really has (all nodes share them), so a task's Cpus_allowed_list is what Slurm
+#     gave it: a job that asks for 1 CPU per node runs every worker on one core, as on JSC;
+#   - every node has its own /tmp (node-local, as on real nodes): job files belong on the
+#     shared filesystem, never in /tmp;
+#   - an ordinary user ($lab_user) can submit jobs, beside root;
+#   - each node's /etc/hosts is Debian-style (own hostname -> 127.0.1.1 first, then the
+#     cluster entry): JWB_CLUSTER_HOSTS=plain leaves the 127.0.1.1 line out.
+#
 # Layout (all on this machine, shared filesystem):
 #   host netns ("login node"): munged, slurmctld (own UTS ns, hostname jwbctl), bridge jwbbr0 10.66.0.254/16
 #   netns jwb000K (one per node): slurmd in its own UTS ns (hostname jwb000K) and mount ns
@@ -12,9 +23,8 @@
 #     eth0      tap,   10.67.0.K/32                <- what the hostname jwb000K resolves to; no
 #                                                     other node has a route to it (as on JSC,
 #                                                     where the hostname is not the IB name)
-# The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts in
-# their mount namespace (and a per-node $node_tmp, for PMIx); the host's /etc/hosts is
-# never edited. Nothing is routed off the machine:
+# The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts and
+# a private /tmp in their mount namespace; the host's /etc/hosts is never edited. Nothing is routed off the machine:
 # node namespaces have no default route and no NAT rule is added.
 # `up` and `down` are idempotent; `down` only stops processes whose PIDs `up` recorded and the
 # processes inside our node namespaces.
@@ -27,7 +37,8 @@ bridge=jwbbr0
 ctl_name=jwbctl
 ctl_addr=10.66.0.254
 max_nodes=8
-node_tmp=/tmp/torchrun-jsc-cluster-node  # each daemon sees its own directory here
+lab_user=jwbuser  # the ordinary user who submits jobs beside root
+hosts_style=${JWB_CLUSTER_HOSTS:-debian}
 
 die() { echo "$prog: $*" >&2; exit 1; }
 node_name() { printf 'jwb%04d' "$1"; }
@@ -68,7 +79,10 @@ start_munge() {
 }
 
 write_configs() {  # write_configs N
-    local n=$1 k
+    local n=$1 k cores
+    # The cores this machine really has: declaring more makes task/affinity fail to lay out
+    # tasks ("only 2 bits in avail_map for 4 tasks"), declaring them honestly makes binding real.
+    cores=$(nproc --all)
     mkdir -p "$conf_dir" "$state/dev" "$state/log" "$state/ctld"
     for k in 0 1 2 3; do  # fake GPUs: GRES needs character devices (c 1 3 is /dev/null's)
         [ -c "$state/dev/nvidia$k" ] || mknod "$state/dev/nvidia$k" c 1 3
@@ -86,9 +100,11 @@ write_configs() {  # write_configs N
         echo "SlurmdPidFile=$state/spool/%n/slurmd.pid"
         echo "SlurmctldLogFile=$state/log/slurmctld.log"
         echo "SlurmdLogFile=$state/log/slurmd-%n.log"
-        # cgroup-free: this machine (and CI) has no systemd and a cgroup v1 hybrid
+        # No cgroups: this machine (and CI) has no systemd, and the nodes share one cgroup
+        # hierarchy, where Debian's slurmd (not built for multiple slurmd) would put the same
+        # job's steps of two nodes into one cgroup. Binding is by affinity.
         echo "ProctrackType=proctrack/linuxproc"
-        echo "TaskPlugin=task/none"
+        echo "TaskPlugin=task/affinity"  # bind tasks to cores, as real sites do
         echo "JobAcctGatherType=jobacct_gather/none"
         echo "AccountingStorageType=accounting_storage/none"
         echo "SelectType=select/cons_tres"
@@ -105,29 +121,44 @@ write_configs() {  # write_configs N
         echo "GresTypes=gpu"
         for k in $(seq 1 "$n"); do
             echo "NodeName=$(node_name "$k") NodeHostname=$(node_name "$k") NodeAddr=10.66.0.$k" \
-                 "Sockets=2 CoresPerSocket=24 ThreadsPerCore=1 RealMemory=16000 Gres=gpu:4 State=UNKNOWN"
+                 "Sockets=1 CoresPerSocket=$cores ThreadsPerCore=1 RealMemory=16000 Gres=gpu:4 State=UNKNOWN"
         done
         echo "PartitionName=batch Nodes=jwb[0001-$(printf '%04d' "$n")] Default=YES MaxTime=INFINITE State=UP"
     } >"$conf_dir/slurm.conf.tmp"
     echo "Name=gpu File=$state/dev/nvidia[0-3]" >"$conf_dir/gres.conf.tmp"
-    # srun --mpi=pmix: the client tmpdir must differ per node (a shared /tmp collides); each
-    # daemon's mount namespace binds its own $state/node/NAME over $node_tmp. It lies under
-    # /tmp because Apptainer binds /tmp: ranks in containers use it as their session dir.
-    echo "PMIxCliTmpDirBase=$node_tmp" >"$conf_dir/mpi.conf.tmp"
-    {
-        echo "# private /etc/hosts of the torchrun-jsc-cluster daemons and jobs"
-        echo "127.0.0.1 localhost"
-        echo "::1 localhost ip6-localhost ip6-loopback"
-        echo "$ctl_addr $ctl_name"
-        for k in $(seq 1 "$n"); do
-            echo "10.67.0.$k $(node_name "$k")"
-            echo "10.66.0.$k $(node_name "$k")i"
-        done
-    } >"$state/hosts.tmp"
+    # srun --mpi=pmix: the client tmpdir must differ per node; every node's /tmp is its own.
+    # Apptainer binds /tmp: ranks in containers use it as their session directory.
+    echo "PMIxCliTmpDirBase=/tmp" >"$conf_dir/mpi.conf.tmp"
+    write_hosts "$n" "$ctl_name" >"$state/hosts-$ctl_name.tmp"
+    for k in $(seq 1 "$n"); do
+        write_hosts "$n" "$(node_name "$k")" >"$state/hosts-$(node_name "$k").tmp"
+    done
     mv -f "$conf_dir/slurm.conf.tmp" "$conf_dir/slurm.conf"
     mv -f "$conf_dir/gres.conf.tmp" "$conf_dir/gres.conf"
     mv -f "$conf_dir/mpi.conf.tmp" "$conf_dir/mpi.conf"
-    mv -f "$state/hosts.tmp" "$state/hosts"
+    for k in $ctl_name $(seq 1 "$n"); do
+        [ "$k" = "$ctl_name" ] || k=$(node_name "$k")
+        mv -f "$state/hosts-$k.tmp" "$state/hosts-$k"
+    done
+}
+
+write_hosts() {  # write_hosts N SELF: the private /etc/hosts of daemon SELF
+    local n=$1 self=$2 k
+    echo "# private /etc/hosts of $self in the torchrun-jsc-cluster ($hosts_style style)"
+    echo "127.0.0.1 localhost"
+    # Debian/Ubuntu installers map the machine's own name to 127.0.1.1; with glibc's
+    # `multi on` (Debian's /etc/host.conf) the name then resolves to 127.0.1.1 AND its address.
+    [ "$hosts_style" = plain ] || echo "127.0.1.1 $self"
+    echo "::1 localhost ip6-localhost ip6-loopback"
+    echo "$ctl_addr $ctl_name"
+    for k in $(seq 1 "$n"); do
+        echo "10.67.0.$k $(node_name "$k")"
+        echo "10.66.0.$k $(node_name "$k")i"
+    done
+}
+
+ensure_lab_user() {  # an ordinary user, same UID on every node (the nodes share /etc/passwd)
+    id "$lab_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$lab_user"
 }
 
 setup_bridge() {
@@ -160,20 +191,22 @@ setup_node_net() {  # setup_node_net K
     ip -n "$name" link set eth0 up
 }
 
-# run_in_ns PIDFILE LOG NETNS HOSTNAME PRIVATE_DIR CMD...: start CMD in the foreground of a new
-# UTS + mount namespace (hostname set, private /etc/hosts bound, PRIVATE_DIR bound over
-# $node_tmp), detached, and record its PID.
+# run_in_ns PIDFILE LOG NETNS HOSTNAME CMD...: start CMD in the foreground of a new UTS + mount
+# namespace (hostname set, its private /etc/hosts bound, its own /tmp), detached, and record
+# its PID.
 run_in_ns() {
-    local pidfile=$1 log=$2 netns=$3 hostname=$4 private=$5; shift 5
-    local enter=()
+    local pidfile=$1 log=$2 netns=$3 hostname=$4; shift 4
+    local enter=() tmp
+    tmp="$state/node/$hostname/tmp"
     [ "$netns" = host ] || enter=(nsenter "--net=/run/netns/$netns" --)
-    mkdir -p "$private" "$node_tmp"
+    mkdir -p "$tmp"
+    chmod 1777 "$tmp"  # like /tmp: every user may write, nobody may remove another's files
     # nsenter (no pid ns) and unshare (no --fork) exec in place, so $! ends up as the daemon's PID.
     # shellcheck disable=SC2016  # $1.. expand in the inner sh
     setsid "${enter[@]}" unshare --uts --mount --propagation slave -- \
-        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" "$4" &&
-               shift 4 && exec "$@"' \
-        sh "$hostname" "$state/hosts" "$private" "$node_tmp" "$@" </dev/null >>"$log" 2>&1 9>&- &
+        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /tmp &&
+               shift 3 && exec "$@"' \
+        sh "$hostname" "$state/hosts-$hostname" "$tmp" "$@" </dev/null >>"$log" 2>&1 9>&- &
     echo $! >"$pidfile"
 }
 
@@ -198,25 +231,26 @@ cmd_up() {
     command -v slurmctld >/dev/null || die "slurmctld not installed: run 'make setup' first"
     mkdir -p "$state"
     echo "$n" >"$state/nodes"
-    if pid_alive "$state/slurmctld.pid" slurmctld && [ -s "$state/hosts" ]; then
+    if pid_alive "$state/slurmctld.pid" slurmctld && [ -s "$state/hosts-$ctl_name" ]; then
         : # configs already written for this cluster; keep them (slurmctld has them loaded)
     else
         write_configs "$n"
     fi
+    ensure_lab_user
     start_munge
     setup_bridge
     for k in $(seq 1 "$n"); do setup_node_net "$k"; done
     if ! pid_alive "$state/slurmctld.pid" slurmctld; then
         # -c: start from a clean state (no stale jobs or nodes from an earlier `up`)
         run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" \
-            "$state/node/$ctl_name" slurmctld -D -c
+            slurmctld -D -c
     fi
     for k in $(seq 1 "$n"); do
         name=$(node_name "$k")
         mkdir -p "$state/spool/$name"
         pid_alive "$state/slurmd-$name.pid" slurmd && continue
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
-            "$state/node/$name" slurmd -D -N "$name"
+            slurmd -D -N "$name"
     done
     if ! wait_until 60 all_ready "$n"; then
         sinfo -N >&2 || true
@@ -267,8 +301,8 @@ cmd_down() {
     stop_pid "$state/slurmctld.pid" slurmctld
     stop_pid "$state/munged.pid" munged
     if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
-    rm -f "$state/hosts" "$state/nodes"
-    rmdir "$node_tmp" 2>/dev/null || true
+    rm -f "$state"/hosts-* "$state/nodes"
+    rm -rf "$state/node"  # the nodes' /tmp: node-local, gone with the node
     echo "$prog: down"
 }
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 import pytest
 
@@ -34,3 +38,17 @@ def cluster() -> ModuleType:
     if p.returncode != 0:
         pytest.fail(f"scripts/cluster.sh up failed (rc {p.returncode}):\n{p.stdout}{p.stderr}")
     return load_slurmjob()
+
+
+@pytest.fixture
+def shared_tmp(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fresh directory on the shared filesystem (under the checkout's build/) for files that
+    jobs read or write. The lab's nodes, like real ones, each have their own /tmp, so pytest's
+    tmp_path (under /tmp) is invisible to them. World-writable, for the lab's second user."""
+    root = REPO / "build" / "lab-tmp"
+    root.mkdir(parents=True, exist_ok=True)
+    prefix = re.sub(r"\W+", "_", request.node.name)[:40] + "-"
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -33,8 +33,8 @@ with open(os.path.join(out, "rank-%s.json" % os.environ["RANK"]), "w") as f:
 """
 
 
-def test_submit_hostile_values_real_slurm(cluster, tmp_path: Path):
-    out = tmp_path / "records"
+def test_submit_hostile_values_real_slurm(cluster, shared_tmp: Path):
+    out = shared_tmp / "records"
     out.mkdir()
     args = [HOSTILE + "\nline two", "--x=" + HOSTILE, "", "*"]
     spec = {
@@ -45,16 +45,16 @@ def test_submit_hostile_values_real_slurm(cluster, tmp_path: Path):
         "launch": {"mode": "srun"},
         "program": [sys.executable, "-c", RECORD, str(out), *args],
     }
-    (tmp_path / "hostile.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
+    (shared_tmp / "hostile.yaml").write_text(yaml.safe_dump(spec, allow_unicode=True))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     done = subprocess.run([sys.executable, "-m", "launcher", "submit", "hostile.yaml"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                          cwd=shared_tmp, env=env, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
     cluster.wait_gone(job_id, 180)
     info = cluster.job_info(job_id)
-    logs = "\n".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.out"))
+    logs = "\n".join(p.read_text(errors="replace") for p in shared_tmp.rglob("*.out"))
     assert info.get("JobState") == "COMPLETED", logs
     records = [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
     assert sorted(int(r["env"]["RANK"]) for r in records) == [0, 1, 2, 3], logs
@@ -67,4 +67,4 @@ def test_submit_hostile_values_real_slurm(cluster, tmp_path: Path):
         assert env_["WORLD_SIZE"] == "4" and env_["MASTER_ADDR"] == "jwb0001i"
         assert env_["GLOO_SOCKET_IFNAME"] == env_["SLURMD_NODENAME"] + "i"
     assert {r["env"]["SLURM_NODEID"] for r in records} == {"0", "1"}
-    assert not list(tmp_path.rglob("pwned*")) and not Path("pwned-by-jobname").exists()
+    assert not list(shared_tmp.rglob("pwned*")) and not Path("pwned-by-jobname").exists()

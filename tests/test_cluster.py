@@ -159,16 +159,16 @@ int main(int argc, char **argv) {
 """
 
 
-def test_srun_mpi_pmix_across_nodes(cluster, tmp_path):
+def test_srun_mpi_pmix_across_nodes(cluster, shared_tmp):
     """srun --mpi=pmix with Open MPI over the inter-node names (per-node PMIx tmpdir)."""
-    (tmp_path / "hello.c").write_text(HELLO_MPI)
-    p = sh(["mpicc", "-o", str(tmp_path / "hello"), str(tmp_path / "hello.c")])
+    (shared_tmp / "hello.c").write_text(HELLO_MPI)
+    p = sh(["mpicc", "-o", str(shared_tmp / "hello"), str(shared_tmp / "hello.c")])
     assert p.returncode == 0, p.stderr
     # Open MPI's TCP transport must be told to use the inter-node network: the hostname's
     # address (eth0 here, as on JSC) is unreachable from the other nodes.
     env = {**os.environ, "OMPI_MCA_btl_tcp_if_include": "10.66.0.0/16"}
     p = sh(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "--time=1",
-            str(tmp_path / "hello")], timeout=60, env=env)
+            str(shared_tmp / "hello")], timeout=60, env=env)
     assert p.returncode == 0, p.stderr
     lines = sorted(line for line in p.stdout.splitlines() if line.startswith("MPI "))
     assert lines == ["MPI 0/4 jwb0001 6", "MPI 1/4 jwb0001 6", "MPI 2/4 jwb0002 6",

@@ -52,10 +52,10 @@ srun --kill-on-bad-exit=1 bash -c \\
 """
 
 
-def submit(cluster, tmp_path: Path, name: str, text: str):
-    job = tmp_path / f"{name}.job"
+def submit(cluster, shared_tmp: Path, name: str, text: str):
+    job = shared_tmp / f"{name}.job"
     job.write_text(text)
-    res = cluster.run_job(str(job), ["-o", str(tmp_path / f"{name}-%j.out"), "-J", name],
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / f"{name}-%j.out"), "-J", name],
                           timeout=JOB_TIMEOUT_S, cwd=str(REPO))
     print(f"{name}: job {res.job_id} {res.state} submit->done {res.elapsed_s:.1f} s")
     return res
@@ -85,16 +85,16 @@ def leftover_ranks() -> list[str]:
     return found
 
 
-def test_torchrun_jsc_job_passes(cluster, tmp_path):
-    res = submit(cluster, tmp_path, "jsc", PER_NODE_JOB.format(launcher="torchrun_jsc",
+def test_torchrun_jsc_job_passes(cluster, shared_tmp):
+    res = submit(cluster, shared_tmp, "jsc", PER_NODE_JOB.format(launcher="torchrun_jsc",
                                                                 args="--steps 20"))
     summary = assert_good(cluster, res)
     assert summary["steps"] == 20 and summary["resumed_from_step"] == 0
 
 
-def test_plain_torchrun_job_fails(cluster, tmp_path):
+def test_plain_torchrun_job_fails(cluster, shared_tmp):
     """Same job, stock torchrun: no node believes it hosts the store at jwb0001i -> job fails."""
-    res = submit(cluster, tmp_path, "plain", PER_NODE_JOB.format(launcher="torchrun",
+    res = submit(cluster, shared_tmp, "plain", PER_NODE_JOB.format(launcher="torchrun",
                                                                   args="--steps 20"))
     assert res.state == "FAILED", res.output
     assert res.summaries == []
@@ -102,14 +102,14 @@ def test_plain_torchrun_job_fails(cluster, tmp_path):
     assert leftover_ranks() == []
 
 
-def test_srun_task_per_rank_env_init(cluster, tmp_path):
-    res = submit(cluster, tmp_path, "pertask", PER_TASK_JOB.format(args="--steps 20"))
+def test_srun_task_per_rank_env_init(cluster, shared_tmp):
+    res = submit(cluster, shared_tmp, "pertask", PER_TASK_JOB.format(args="--steps 20"))
     assert_good(cluster, res)
 
 
-def test_killed_rank_ends_job_within_seconds(cluster, tmp_path):
+def test_killed_rank_ends_job_within_seconds(cluster, shared_tmp):
     """Rank 3 (second node) exits 3 at step 5: the whole job must end non-zero, quickly."""
-    res = submit(cluster, tmp_path, "crash", PER_NODE_JOB.format(
+    res = submit(cluster, shared_tmp, "crash", PER_NODE_JOB.format(
         launcher="torchrun_jsc", args="--steps 400 --crash-rank 3 --crash-step 5"))
     assert res.state == "FAILED", res.output
     assert res.summaries == []
@@ -122,17 +122,17 @@ def test_killed_rank_ends_job_within_seconds(cluster, tmp_path):
     assert leftover_ranks() == []
 
 
-def test_restarted_job_resumes_from_checkpoint(cluster, tmp_path):
-    ckpt = tmp_path / "ckpt"
+def test_restarted_job_resumes_from_checkpoint(cluster, shared_tmp):
+    ckpt = shared_tmp / "ckpt"
     crash = PER_NODE_JOB.format(launcher="torchrun_jsc", args=(
         f"--steps 40 --checkpoint-dir {ckpt} --checkpoint-every 10 --crash-rank 1 --crash-step 25"))
-    first = submit(cluster, tmp_path, "resume1", crash)
+    first = submit(cluster, shared_tmp, "resume1", crash)
     assert first.state == "FAILED", first.output
     assert (ckpt / "checkpoint.pt").is_file()
     assert not list(ckpt.glob("*.tmp.*")), "a half-written checkpoint was left behind"
 
     again = PER_NODE_JOB.format(launcher="torchrun_jsc",
                                 args=f"--steps 40 --checkpoint-dir {ckpt} --checkpoint-every 10")
-    summary = assert_good(cluster, submit(cluster, tmp_path, "resume2", again))
+    summary = assert_good(cluster, submit(cluster, shared_tmp, "resume2", again))
     assert summary["resumed_from_step"] == 20, summary
     assert summary["steps"] == 40 and summary["steps_run"] == 20, summary

@@ -28,9 +28,9 @@ def horovod_image() -> Path:
 
 
 @pytest.mark.parametrize("name", ["horovod_container", "horovod_mpirun"])
-def test_horovod_job(cluster, horovod_image, tmp_path, name):
+def test_horovod_job(cluster, horovod_image, shared_tmp, name):
     job = REPO / "jobs" / f"{name}.job"
-    res = cluster.run_job(str(job), ["-o", str(tmp_path / f"{name}-%j.out")],
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / f"{name}-%j.out")],
                           timeout=JOB_TIMEOUT_S, cwd=str(REPO))
     for log in (REPO / "logs").glob(f"*-{res.job_id}.*"):
         log.unlink()

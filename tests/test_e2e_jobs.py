@@ -22,9 +22,9 @@ PY = os.environ.get("VENV", str(REPO / ".venv")) + "/bin/python"
 JOB_TIMEOUT_S = 300
 
 
-def run_checked_in(cluster, tmp_path: Path, jobfile: Path, name: str | None = None):
+def run_checked_in(cluster, shared_tmp: Path, jobfile: Path, name: str | None = None):
     name = name or jobfile.stem
-    res = cluster.run_job(str(jobfile), ["-o", str(tmp_path / f"{name}-%j.out")],
+    res = cluster.run_job(str(jobfile), ["-o", str(shared_tmp / f"{name}-%j.out")],
                           timeout=JOB_TIMEOUT_S, cwd=str(REPO))
     for log in (REPO / "logs").glob(f"*-{res.job_id}.*"):  # per-node logs the job wrote
         log.unlink()
@@ -46,20 +46,26 @@ def image() -> Path:
 
 
 @pytest.mark.parametrize("name", ["ddp_venv", "ddp_container", "ddp_srun", "ddp_mpirun_torchrun"])
-def test_checked_in_ddp_job(cluster, request, tmp_path, name):
+def test_checked_in_ddp_job(cluster, request, shared_tmp, name):
     """Each DDP jobscript as checked in: completes on 2 nodes with a right summary."""
     job = REPO / "jobs" / f"{name}.job"
     if "image.sif" in job.read_text():
         request.getfixturevalue("image")
-    res = run_checked_in(cluster, tmp_path, job)
+    res = run_checked_in(cluster, shared_tmp, job)
     assert res.state == "COMPLETED", res.output
     [summary] = res.summaries
     world = cluster.expected_world_size(str(job), res)
     assert world >= 4 and cluster.check_summary(summary, world) == [], (world, summary)
     assert summary["hosts"] == ["jwb0001", "jwb0002"]
+    # The lab binds tasks to cores like a real site. A per-node launcher (torchrun_jsc, also
+    # under mpirun) must hand every worker all of the node's cores; one task per GPU gets its
+    # share of them. The program reports each rank's os.sched_getaffinity.
+    cores = os.cpu_count()
+    per_task = 1 if name in ("ddp_venv", "ddp_container", "ddp_mpirun_torchrun") else world // 2
+    assert summary["allowed_cpus_min"] == cores // per_task, summary
 
 
-def test_ddp_container_job_with_stock_torchrun_fails(cluster, image, tmp_path):
+def test_ddp_container_job_with_stock_torchrun_fails(cluster, image, shared_tmp):
     """The same jobscript with torch's own torchrun (short read timeout so it fails fast)."""
     lines = (REPO / "jobs/ddp_container.job").read_text().splitlines(keepends=True)
     launch = [i for i, line in enumerate(lines)
@@ -67,9 +73,9 @@ def test_ddp_container_job_with_stock_torchrun_fails(cluster, image, tmp_path):
     assert len(launch) == 1, "expected one torchrun_jsc launch line"
     lines[launch[0]] = re.sub(r"\btorchrun_jsc\b", "torchrun --rdzv_conf=read_timeout=10",
                               lines[launch[0]])
-    job = tmp_path / "ddp_container_stock.job"
+    job = shared_tmp / "ddp_container_stock.job"
     job.write_text("".join(lines))
-    res = run_checked_in(cluster, tmp_path, job)
+    res = run_checked_in(cluster, shared_tmp, job)
     assert res.state == "FAILED", res.output
     assert res.summaries == []
     assert "RendezvousConnectionError" in res.output or "RendezvousTimeoutError" in res.output, \
@@ -83,26 +89,26 @@ def jobs_named(name: str) -> list[str]:
     return [line.split()[0] for line in p.stdout.splitlines() if f" JobName={name} " in line]
 
 
-def test_bad_spec_never_reaches_sbatch(cluster, tmp_path):
+def test_bad_spec_never_reaches_sbatch(cluster, shared_tmp):
     good = (REPO / "jobs/ddp_venv.yaml").read_text()
     assert "nodes: 2" in good
-    bad = tmp_path / "bad.yaml"
+    bad = shared_tmp / "bad.yaml"
     bad.write_text(good.replace("nodes: 2", "nodes: two"))
     name = f"badspec-{uuid.uuid4().hex[:8]}"
-    p = subprocess.run([PY, "-m", "launcher", "submit", "-o", str(tmp_path / "bad.job"), str(bad),
+    p = subprocess.run([PY, "-m", "launcher", "submit", "-o", str(shared_tmp / "bad.job"), str(bad),
                         "--", "-J", name], capture_output=True, text=True, timeout=60,
                        cwd=REPO, check=False)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "nodes" in p.stderr and "Traceback" not in p.stderr, p.stderr
-    assert not (tmp_path / "bad.job").exists()
+    assert not (shared_tmp / "bad.job").exists()
     assert jobs_named(name) == []
 
     # Control: the same command with the good spec does reach Slurm (then is cancelled).
-    ok = tmp_path / "ok.yaml"
+    ok = shared_tmp / "ok.yaml"
     ok.write_text(good)
     name_ok = f"goodspec-{uuid.uuid4().hex[:8]}"
-    p = subprocess.run([PY, "-m", "launcher", "submit", "-o", str(tmp_path / "ok.job"), str(ok),
-                        "--", "-J", name_ok, "--hold", "-o", str(tmp_path / "ok-%j.out")],
+    p = subprocess.run([PY, "-m", "launcher", "submit", "-o", str(shared_tmp / "ok.job"), str(ok),
+                        "--", "-J", name_ok, "--hold", "-o", str(shared_tmp / "ok-%j.out")],
                        capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
     ids = jobs_named(name_ok)

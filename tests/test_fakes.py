@@ -42,7 +42,8 @@ class Cluster:
 
     def run(self, script: Path, nodes: int = 2, **extra: str) -> subprocess.CompletedProcess:
         env = dict(self.env, SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES=str(nodes),
-                   SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]")
+                   SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]",
+                   SLURM_JOB_CPUS_PER_NODE=f"48(x{nodes})")
         env.update(extra)
         return subprocess.run(["bash", str(script)], cwd=self.dir, env=env, capture_output=True,
                               text=True, timeout=60, check=False)
@@ -146,12 +147,12 @@ def test_per_task_variables_expand_in_each_task(fakes):
     done = fakes.run(job("ddp_srun"), SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
     assert done.returncode == 0, done.stderr
     envs = [r["env"] for r in fakes.records("python3")]
-    assert sorted(int(e["RANK"]) for e in envs) == list(range(8))
+    assert sorted(int(e["RANK"]) for e in envs) == list(range(4))  # 2 nodes x 2 tasks
     for env in envs:
         assert env["RANK"] == env["SLURM_PROCID"] and env["LOCAL_RANK"] == env["SLURM_LOCALID"]
-        assert env["NODE_RANK"] == env["SLURM_NODEID"] and env["WORLD_SIZE"] == "8"
+        assert env["NODE_RANK"] == env["SLURM_NODEID"] and env["WORLD_SIZE"] == "4"
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("jwb0001i", "29742")
-        assert int(env["LOCAL_RANK"]) == int(env["RANK"]) % 4
+        assert int(env["LOCAL_RANK"]) == int(env["RANK"]) % 2
         # The interface that reaches MASTER_ADDR, found on the master node (a local route)
         # and on the others alike.
         assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "ib0"
@@ -226,9 +227,9 @@ def test_horovod_srun_one_rank_per_gpu(fakes):
     done = fakes.run(job("horovod_container"))
     assert done.returncode == 0, done.stderr
     (srun,) = fakes.records("srun")
-    assert "--mpi=pmix" in srun["argv"] and "--ntasks-per-node=4" in srun["argv"]
+    assert "--mpi=pmix" in srun["argv"] and "--ntasks-per-node=2" in srun["argv"]
     programs = fakes.records("python3")
-    assert len(programs) == 8 and programs[0]["argv"][-1] == "/opt/torchrun-jsc/horovod_check.py"
+    assert len(programs) == 4 and programs[0]["argv"][-1] == "/opt/torchrun-jsc/horovod_check.py"
 
 
 def test_horovod_mpirun_one_rank_per_gpu(fakes):
@@ -236,9 +237,9 @@ def test_horovod_mpirun_one_rank_per_gpu(fakes):
     done = fakes.run(job("horovod_mpirun"))
     assert done.returncode == 0, done.stderr
     (mpirun,) = fakes.records("mpirun")
-    assert mpirun["argv"][:4] == ["-np", "8", "--map-by", "ppr:4:node"]
+    assert mpirun["argv"][:4] == ["-np", "4", "--map-by", "ppr:2:node"]
     programs = fakes.records("python3")
-    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in programs) == [str(i) for i in range(8)]
+    assert sorted(r["env"]["OMPI_COMM_WORLD_RANK"] for r in programs) == [str(i) for i in range(4)]
     # Open MPI's TCP transport is pinned to the interface that reaches the first node.
     assert {r["env"].get("OMPI_MCA_btl_tcp_if_include") for r in programs} == {"ib0"}
 
@@ -290,7 +291,7 @@ def test_site_modules_env_and_cpus_reach_the_tasks(fakes):
         env: {set: {PLAIN: "a b"}}
         program: [python3, t.py]
         """)
-    done = fakes.run(script, SLURM_CPUS_PER_TASK="8")
+    done = fakes.run(script, SLURM_CPUS_PER_TASK="8", SLURM_JOB_CPUS_PER_NODE="8(x2)")
     assert done.returncode == 0, done.stderr
     (module,) = fakes.records("module")
     assert module["argv"] == ["load", "Stages/2025", "GCC 13"]

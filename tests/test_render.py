@@ -203,4 +203,4 @@ def test_preview_per_node():
     assert "node 3 jwb0004: node_rank=3 is_host=no" in text
     assert text.count("--nnodes=4 ") == 4 and "--bind /repo image.sif" in text
     srun = render_preview(load_spec("jobs/ddp_srun.yaml"), "jwb[0001-0002]", 7, "/r")
-    assert "rank 5: RANK=5 LOCAL_RANK=1 WORLD_SIZE=8 NODE_RANK=1 apptainer" in srun
+    assert "rank 3: RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 NODE_RANK=1 apptainer" in srun

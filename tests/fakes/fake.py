@@ -210,7 +210,7 @@ def sbatch(argv: List[str]) -> int:
     nodes = int(options.get("--nodes", "1"))
     env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_JOB_NAME=options.get("--job-name", ""),
                SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]",
-               SLURM_SUBMIT_DIR=os.getcwd())
+               SLURM_JOB_CPUS_PER_NODE=f"48(x{nodes})", SLURM_SUBMIT_DIR=os.getcwd())
     with open(Path(os.environ["FAKE_LOG"]) / "job-4242.out", "wb") as out:  # like --output
         done = subprocess.run(["bash", script], env=env, stdout=out, stderr=subprocess.STDOUT,
                               check=False)
