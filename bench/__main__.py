@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("launch", "teardown", "container", "images", "scaling")
+SECTIONS = ("launch", "teardown", "placement", "container", "images", "scaling")
 
 
 def machine() -> str:
@@ -48,6 +48,7 @@ def main() -> int:
     sections: Dict[str, Callable[[], str]] = {
         "launch": lambda: cluster_bench.launch(a.repeats),
         "teardown": lambda: cluster_bench.teardown(a.repeats),
+        "placement": lambda: cluster_bench.placement(a.repeats),
         "container": lambda: netns_bench.with_network(
             2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
         "images": lambda: image_bench.images(a.repeats),
@@ -55,6 +56,7 @@ def main() -> int:
             max(sizes), lambda r: netns_bench.scaling(r, sizes, a.repeats)),
     }
     titles = {"launch": "Launch latency", "teardown": "Failure teardown",
+              "placement": "CPU placement (strict lab: tasks bound to cores)",
               "container": "Container overhead", "images": "Images",
               "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)"}
     report = [f"# Bench results\n\nMachine: {machine()}\n"]

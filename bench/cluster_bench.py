@@ -12,6 +12,10 @@ jobs/*.job), into bench-results/jobs/, and submitted from the repository root.
   compute for 30 s before their next collective;
   time from its CRASH line to the job leaving the queue, for the rendered script and for the
   same script without `--kill-on-bad-exit=1` (what a naive jobscript does), capped.
+- placement: a compute-bound step (2 nodes x 2 processes, one thread each) with the rendered
+  script (whole nodes, SRUN_CPUS_PER_TASK = the node's CPUs) and with the script as it was
+  before (no CPU request: Slurm binds the one torchrun_jsc task per node, and so all its
+  workers, to one core).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def spec_yaml(name: str, mode: str, runtime: str, program: Sequence[str]) -> str
 
 
 def render(name: str, mode: str, runtime: str, program: Sequence[str] = PROGRAM,
-           naive: bool = False) -> str:
+           naive: bool = False, one_cpu: bool = False) -> str:
     out_dir = ROOT / "bench-results" / "jobs"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.yaml"
@@ -52,6 +56,9 @@ def render(name: str, mode: str, runtime: str, program: Sequence[str] = PROGRAM,
     text = render_jobscript(parse_spec(path.read_text(), str(path.relative_to(ROOT))))
     if naive:  # the one thing a naive jobscript lacks: ending the job when a task fails
         text = text.replace("--kill-on-bad-exit=1 ", "")
+    if one_cpu:  # the script before CPU placement: no CPU request, so one CPU per node
+        assert "#SBATCH --exclusive\n" in text
+        text = text.replace("#SBATCH --exclusive\n", "")
     job = out_dir / f"{name}.job"
     job.write_text(text)
     return str(job.relative_to(ROOT))
@@ -121,3 +128,24 @@ def teardown(repeats: int) -> str:
     return table(["rank 3 (node 2) exits 3 after its first all_reduce", "crash -> job gone"],
                  [["rendered jobscript (srun --kill-on-bad-exit=1)", s["ours"].cell("s")],
                   ["naive: same script without --kill-on-bad-exit", naive_cell]])
+
+
+def work_s(jobfile: str) -> Optional[float]:
+    job_id = slurmjob.submit(jobfile, cwd=str(ROOT))
+    slurmjob.wait_gone(job_id, 300)
+    m = re.search(r"WORK s=([\d.]+)", _output(job_id))
+    if not m:
+        print(f"bench: {jobfile}: no WORK line", file=sys.stderr)
+    return float(m.group(1)) if m else None
+
+
+def placement(repeats: int, steps: int = 400) -> str:
+    work = [*PROGRAM, "--work-steps", str(steps)]
+    new = render("bench_placement", "torchrun", "bare", work)
+    old = render("bench_placement_one_cpu", "torchrun", "bare", work, one_cpu=True)
+    s = interleave({"new": lambda: work_s(new), "old": lambda: work_s(old)}, repeats)
+    return table([f"{steps} compute-bound steps, 2 nodes x 2 procs", "time", "ratio"],
+                 [["rendered script (whole nodes, every CPU to torchrun_jsc)",
+                   s["new"].cell("s"), "1.00x"],
+                  ["before: no CPU request (the task, and so every worker, on one core)",
+                   s["old"].cell("s"), ratio(s["old"], s["new"])]])

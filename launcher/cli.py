@@ -15,6 +15,7 @@ from typing import Mapping, Optional, Sequence
 
 from launcher import __version__
 from launcher.jobscript import render_jobscript
+from launcher.placement import placement_warnings
 from launcher.plans import render_preview
 from launcher.model import JobSpec, SpecError
 from launcher.spec import load_spec
@@ -76,6 +77,8 @@ def _check_image(spec: JobSpec) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    for warning in placement_warnings(spec):  # the spec is valid, but likely not meant so
+        print(warning, file=sys.stderr)
     target = getattr(args, "output", None)
     if target and os.path.realpath(target) == os.path.realpath(args.spec):
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)

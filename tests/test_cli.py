@@ -163,3 +163,22 @@ def test_double_dash_only_for_submit(tmp_path, capsys):
         main(["render", str(spec), "--", "-A", "x"])
     assert e.value.code == 2
     assert "only taken by submit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, warned", [
+    ("job: {nodes: 2, cpus_per_task: 2}\nlaunch: {procs_per_node: 4}\n", True),
+    ("job: {nodes: 2, cpus_per_task: 4}\nlaunch: {procs_per_node: 4}\n", False),
+    ("job: {nodes: 2}\nlaunch: {procs_per_node: 4}\n", False),  # whole nodes by default
+    ("job: {nodes: 2, cpus_per_task: 1}\nlaunch: {mode: srun, procs_per_node: 4}\n", False),
+])
+def test_check_warns_when_workers_would_share_a_core(tmp_path, extra, warned):
+    spec = tmp_path / "w.yaml"
+    spec.write_text(extra + "program: [python3, t.py]\n")
+    done = run_cli("check", str(spec))
+    assert done.returncode == 0, done.stderr
+    if warned:
+        assert done.stderr == (f"{spec}: job.cpus_per_task: warning: 4 worker processes per node "
+                               "would share 2 CPU(s) (the per-node agent's task); ask for at "
+                               "least 4\n")
+    else:
+        assert done.stderr == ""

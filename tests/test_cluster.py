@@ -1,8 +1,9 @@
 """Ring 3: the local Slurm cluster itself (scripts/cluster.sh).
 
 >= 2 nodes with fake GPU GRES; a JSC-like network (a node's hostname is not reachable from the
-other nodes, hostname + "i" is); up/down idempotent and leaving nothing behind; refusal when
-not root. The jobs that run on it are in test_e2e_*.py.
+other nodes, hostname + "i" is); as strict as a real site (tasks bound to cores, a /tmp per
+node, an ordinary second user, Debian-style /etc/hosts); up/down idempotent and leaving nothing
+behind; refusal when not root. The jobs that run on it are in test_e2e_*.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ PROBE = r"""
 import json, socket
 me = socket.gethostname()
 peer = "jwb0002" if me == "jwb0001" else "jwb0001"
-res = {"me": me, "me_addr": socket.gethostbyname(me), "me_i_addr": socket.gethostbyname(me + "i")}
+addrs = lambda name: list(dict.fromkeys(a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)))
+res = {"me": me, "me_addrs": addrs(me), "me_i_addrs": addrs(me + "i")}
 for name in (peer, peer + "i"):
     try:
         socket.create_connection((name, 6818), timeout=3).close()
@@ -80,10 +82,52 @@ def test_network_is_jsc_like(cluster):
     for k, me in ((1, "jwb0001"), (2, "jwb0002")):
         r = probes[me]
         peer = "jwb0002" if me == "jwb0001" else "jwb0001"
-        assert r["me_addr"] == f"10.67.0.{k}" and r["me_i_addr"] == f"10.66.0.{k}", r
+        # Debian-style /etc/hosts: the own name is 127.0.1.1 first, then its (unreachable)
+        # address; the "i" name only the fabric address.
+        assert r["me_addrs"] == ["127.0.1.1", f"10.67.0.{k}"], r
+        assert r["me_i_addrs"] == [f"10.66.0.{k}"], r
         assert r[peer + "i"] == "reachable", r
         assert r[peer] != "reachable", r  # hostname: "Network is unreachable"
         assert r["outside"] == errno.ENETUNREACH, r
+
+
+CPUS = 'echo "$(hostname) $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+
+
+@pytest.mark.parametrize("alloc, expected", [
+    ([], "0"),  # one task, no CPU request: Slurm gives one core and binds the task to it
+    (["--exclusive"], f"0-{os.cpu_count() - 1}"),  # whole nodes: every core
+])
+def test_tasks_are_bound_to_the_cores_they_got(cluster, alloc, expected):
+    p = sh(["salloc", "-N2", "--ntasks-per-node=1", "--time=1", *alloc, "srun", "bash", "-c",
+            CPUS], timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == [f"jwb0001 {expected}", f"jwb0002 {expected}"]
+
+
+def test_every_node_has_its_own_tmp(cluster):
+    mark = f"node-local-{os.getpid()}"
+    p = sh(["srun", "-N2", "--ntasks-per-node=1", "--time=1", "bash", "-c",
+            f'touch "/tmp/{mark}-$(hostname)"; sleep 1; echo "$(hostname):" /tmp/{mark}*'],
+           timeout=60)
+    assert p.returncode == 0, p.stderr
+    # Each node sees only its own file (the sleep only keeps both tasks alive together).
+    assert sorted(p.stdout.split()) == sorted(["jwb0001:", f"/tmp/{mark}-jwb0001",
+                                               "jwb0002:", f"/tmp/{mark}-jwb0002"]), p.stdout
+    assert not list(Path("/tmp").glob(f"{mark}*"))  # nor does the login node (the host)
+
+
+def test_an_ordinary_user_submits_jobs(cluster, shared_tmp):
+    out = shared_tmp / "user-%j.out"
+    p = sh(["runuser", "-u", "jwbuser", "--", "sbatch", "--parsable", "--wait", "-N2",
+            "--time=1", "-o", str(out), "--wrap",
+            'srun --ntasks-per-node=1 bash -c \'echo "$(hostname) $(id -un) $HOME"\''],
+           timeout=120, cwd=str(shared_tmp))
+    assert p.returncode == 0, p.stdout + p.stderr
+    log = shared_tmp / f"user-{p.stdout.strip()}.out"
+    assert sorted(log.read_text().splitlines()) == ["jwb0001 jwbuser /home/jwbuser",
+                                                    "jwb0002 jwbuser /home/jwbuser"]
+    assert log.owner() == "jwbuser"
 
 
 def test_host_etc_hosts_is_untouched(cluster):

@@ -301,3 +301,22 @@ def test_site_modules_env_and_cpus_reach_the_tasks(fakes):
         assert rec["env"]["GLOO_SOCKET_IFNAME"] == rec["env"]["NCCL_SOCKET_IFNAME"] == "ib7"
         assert rec["env"]["PLAIN"] == "a b"
         assert rec["argv"][3] == "--rdzv_endpoint=jwb0001:29742"  # generic: no suffix
+
+
+@pytest.mark.parametrize("mode, allocation, expected", [
+    ("torchrun", "48(x2)", "48"),  # the per-node agent gets every CPU of the node
+    ("torchrun", "48,32", "32"),  # nodes differ: the smallest node's count fits every node
+    ("srun", "48,32(x2)", "8"),  # one task per GPU: a quarter each
+    ("srun", "2(x2)", "1"),  # never 0
+])
+def test_srun_gets_the_cpus_of_the_allocation(fakes, mode, allocation, expected):
+    script = fakes.render(f"""\
+        job: {{nodes: 2}}
+        site: jsc
+        launch: {{mode: {mode}, procs_per_node: 4}}
+        program: [python3, t.py]
+        """)
+    done = fakes.run(script, SLURM_JOB_CPUS_PER_NODE=allocation)
+    assert done.returncode == 0, done.stderr
+    (srun,) = fakes.records("srun")
+    assert srun["env"]["SRUN_CPUS_PER_TASK"] == expected

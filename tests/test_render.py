@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher import __version__
-from launcher.jobscript import render_jobscript
+from launcher.jobscript import render_jobscript, sbatch_options
 from launcher.plans import expand_nodelist, plan_launch, render_preview
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
 from launcher.model import SpecError
@@ -204,3 +204,17 @@ def test_preview_per_node():
     assert text.count("--nnodes=4 ") == 4 and "--bind /repo image.sif" in text
     srun = render_preview(load_spec("jobs/ddp_srun.yaml"), "jwb[0001-0002]", 7, "/r")
     assert "rank 3: RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 NODE_RANK=1 apptainer" in srun
+
+
+@pytest.mark.parametrize("job, mode, exclusive, cpus", [
+    ("{nodes: 2}", "torchrun", True, None),
+    ("{nodes: 2}", "srun", True, None),
+    ("{nodes: 2, cpus_per_task: 12}", "torchrun", False, "12"),
+    ("{nodes: 2, sbatch: {exclusive: user}}", "torchrun", True, None),
+])
+def test_cpus_whole_nodes_unless_the_spec_asks_for_cpus(job, mode, exclusive, cpus):
+    spec = parse_spec(f"job: {job}\nlaunch: {{mode: {mode}}}\nprogram: [p]\n", "c.yaml")
+    opts = dict(sbatch_options(spec, plan_launch(spec)[1]))
+    assert ("exclusive" in opts) is exclusive and opts.get("cpus-per-task") == cpus
+    if "user" in job:
+        assert opts["exclusive"] == "user"  # the spec's own value, not a second --exclusive

@@ -7,7 +7,9 @@ that rank prints `CRASH t=EPOCH` and exits 3 after the first all_reduce while th
 compute for --work-s seconds (a training step between collectives) and then wait in a
 barrier: the situation a jobscript must tear down. (Blocked in a gloo collective, a peer sees
 the closed socket at once; computing, it notices only at its next collective; with NCCL it
-can hang until the NCCL timeout.)
+can hang until the NCCL timeout.) With --work-steps N every rank runs N compute-bound steps
+(single-threaded matmuls, an all_reduce each) and rank 0 prints `WORK s=SECONDS`: what CPU
+placement costs.
 """
 
 import argparse
@@ -25,6 +27,7 @@ def main() -> int:
     ap.add_argument("--bw-iters", type=int, default=10)
     ap.add_argument("--crash-rank", type=int, default=-1)
     ap.add_argument("--work-s", type=float, default=30.0)
+    ap.add_argument("--work-steps", type=int, default=0)
     a = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -44,6 +47,17 @@ def main() -> int:
         elapsed = time.perf_counter() - start
         if rank == 0:
             print(f"BW gbps={a.bw_mb * a.bw_iters * 8 / 1024 / elapsed:.4f}", flush=True)
+    if a.work_steps:
+        torch.set_num_threads(1)  # one core per worker, as a DataLoader-free training step
+        m = torch.rand(384, 384)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(a.work_steps):
+            m = torch.tanh(m @ m)
+            dist.all_reduce(m[:1, :1].clone())
+        elapsed = time.perf_counter() - start
+        if rank == 0:
+            print(f"WORK s={elapsed:.4f}", flush=True)
     if a.crash_rank == rank:
         print(f"CRASH t={time.time():.6f}", flush=True)
         os._exit(3)
