@@ -51,7 +51,8 @@ def test_supports_local_addr(monkeypatch, store_info, want):
 
 
 def test_no_torch(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    for name in ("torch", API):  # None in sys.modules: importing it raises ImportError
+        monkeypatch.setitem(sys.modules, name, None)
     assert compat.supports_local_addr() is False
 
 
