@@ -77,3 +77,17 @@ def test_fault_handler_installed_like_torchrun():
             'kill -SEGV "$PPID"; sleep 2')
     assert p.returncode != 0
     assert "Fatal Python error: Segmentation fault" in p.stderr, p.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name,value,msg", [
+    ("TORCHRUN_JSC_RESOLVE_TIMEOUT", "soon",
+     "TORCHRUN_JSC_RESOLVE_TIMEOUT: expected a number of seconds > 0, got 'soon'"),
+    ("TORCHRUN_JSC_ADDRESS_FAMILY", "inet",
+     "TORCHRUN_JSC_ADDRESS_FAMILY: expected one of auto, ipv4, ipv6, any, got 'inet'"),
+])
+def test_bad_variable_is_one_line_exit_2(name, value, msg):
+    p = subprocess.run([*TORCHRUN_JSC, "--nnodes=1", "--rdzv_backend=c10d",
+                        "--rdzv_endpoint=localhost:29400", "t.py"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, **{name: value}))
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [f"torchrun_jsc: error: {msg}"]

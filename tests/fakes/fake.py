@@ -55,9 +55,9 @@ case "$*" in
             echo 'fd00::1 from :: dev ib6 proto kernel src fd00::2 metric 256 pref medium'
         fi ;;
     "-o addr show to 10.0.0.1")
-        echo '3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\       valid_lft forever' ;;
+        echo '3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\    valid_lft forever' ;;
     "-o addr show to fd00::1")
-        echo '4: ib6    inet6 fd00::1/64 scope global \\       valid_lft forever preferred_lft forever' ;;
+        echo '4: ib6    inet6 fd00::1/64 scope global \\    valid_lft forever' ;;
     *) echo 'Error: any valid prefix is expected rather than "'"$4"'".' >&2; exit 1 ;;
 esac
 """,
