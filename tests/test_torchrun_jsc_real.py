@@ -149,6 +149,16 @@ def test_aaaa_and_a_endpoint_picks_ipv4(net, release):
     assert "NCCL_SOCKET_IFNAME==tjsc0002i (set for workers)" in peer_out  # exact match form
 
 
+def test_address_family_override_ipv6(net, release):
+    """TORCHRUN_JSC_ADDRESS_FAMILY=ipv6: the same name, now over its AAAA record."""
+    env = {n: {"TORCHRUN_JSC_ADDRESS_FAMILY": "ipv6"} for n in net.nodes}
+    results = launch(net, TORCHRUN_JSC, "tjsc0001d:29618", net.hosts_jsc, env)
+    assert_all_ok(results, release)
+    assert "is_host=True (network: tjsc0001d -> fd77::1 is on this machine (ignored: " \
+        "10.77.1.1))" in results[0][1]
+    assert "local_addr=fd77::2 (source address towards fd77::1 via tjsc0002i)" in results[1][1]
+
+
 def test_unknown_name_fails_within_2_s(net):
     """The resolver deadline is 12 s, but a name that does not exist is answered at once."""
     code = ("import time; from launcher.torchrun_jsc import netinfo\n"
