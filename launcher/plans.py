@@ -35,12 +35,34 @@ export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASK
 """
 # Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL/Open MPI would use
 # the hostname's one, which on JSC-like networks the other nodes cannot reach: unless the
-# user or the site profile set one, use the interface that routes to MASTER_ADDR (the rule
-# torchrun_jsc applies). No fallback: an unresolvable MASTER_ADDR ends the task.
+# user or the site profile set one, use the interface that routes to MASTER_ADDR, by the rule
+# torchrun_jsc applies (launcher/torchrun_jsc/addresses.py): every address of both families,
+# loopback skipped whenever there is another (Debian's 127.0.1.1 for the own hostname), IPv4
+# first unless only IPv6 (TORCHRUN_JSC_ADDRESS_FAMILY=auto|ipv4|ipv6|any overrides). NCCL
+# matches NCCL_SOCKET_IFNAME as a prefix (ib0 also matches ib01): "=NAME" is the exact form.
+# No fallback: an unresolvable MASTER_ADDR ends the task.
 SOCKET_IFNAME = """\
 if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
-    addr=$(getent ahostsv4 "$MASTER_ADDR") || addr=""
-    addr=${addr%%[[:space:]]*}
+    hosts=$(getent ahosts "$MASTER_ADDR") || hosts=""
+    v4="" v6="" any="" loop=""
+    while read -r a _; do
+        case "$a" in
+            "") ;;
+            127.*|::1|::ffff:127.*) loop=${loop:-$a} ;;
+            *:*) v6=${v6:-$a} any=${any:-$a} ;;
+            *) v4=${v4:-$a} any=${any:-$a} ;;
+        esac
+    done <<<"$hosts"
+    family=${TORCHRUN_JSC_ADDRESS_FAMILY:-auto}
+    case "${family,,}" in
+        auto) addr=${v4:-$v6} ;;
+        ipv4) addr=$v4 ;;
+        ipv6) addr=$v6 ;;
+        any) addr=$any ;;
+        *) echo "TORCHRUN_JSC_ADDRESS_FAMILY: expected auto, ipv4, ipv6 or any, got $family" >&2
+           exit 1 ;;
+    esac
+    [ -n "$any" ] || addr=$loop
     route=$(ip -o route get "$addr") || route=""
     case "$route" in
         "local "*) dev=$(ip -o addr show to "$addr") || dev=""; dev=${dev#*: } ;;
@@ -51,7 +73,7 @@ if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
     if [ -z "$dev" ]; then echo "no interface reaches MASTER_ADDR=$MASTER_ADDR" >&2; exit 1; fi
     export GLOO_SOCKET_IFNAME="$dev"
 fi
-export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-$GLOO_SOCKET_IFNAME}"
+export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=$GLOO_SOCKET_IFNAME}"
 """
 # MPI ranks (Horovod): Open MPI's TCP transport and Horovod's gloo controller likewise.
 MPI_IFNAME = """\

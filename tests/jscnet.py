@@ -5,6 +5,12 @@ Each node: its own network namespace, its own hostname (UTS namespace) and its o
 joined by a bridge (in a namespace of its own) through veths named hostname + ``i``; the
 plain hostname resolves to an address on the node's loopback interface that no other node
 can reach. So, as on JSC, the nodes talk only through the ``i`` names. Names start with ``tjsc`` (the cluster uses ``jwb``).
+
+Two more views of the same link, for address-choice tests: ``hosts_debian`` (one file per
+node, as Debian/Ubuntu write it: the node's own hostname is 127.0.1.1 *and* its cluster
+address 172.31.0.N, which sorts after 127.) and, in every hosts file, ``hostname + d``
+with an AAAA (fd77::N, on the link) listed before its A record (10.77.1.N). Every node gets
+an /etc/host.conf with ``multi on``, so all addresses of a name are returned as on Debian.
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 SWITCH = "tjsc-switch"  # a namespace holding only the bridge: nothing changes on the host
 
@@ -34,6 +40,18 @@ def mgmt_addr(node: str) -> str:
     return f"10.78.0.{int(node[4:])}"
 
 
+def generic_addr(node: str) -> str:
+    """The plain hostname's cluster address in the Debian-style hosts (after 127. in sort)."""
+    return f"172.31.0.{int(node[4:])}"
+
+
+def v6_addr(node: str) -> str:
+    return f"fd77::{int(node[4:])}"
+
+
+Hosts = Union[str, Mapping[str, str]]  # one /etc/hosts for every node, or one per node
+
+
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
@@ -47,15 +65,19 @@ class JscNet:
     nodes: Tuple[str, ...]
     hosts_jsc: str      # hostname -> management address (unreachable from the peers)
     hosts_shared: str   # control: hostname -> the shared segment
+    hosts_debian: Dict[str, str] = field(default_factory=dict)  # per node (see above)
+    host_conf: str = ""  # "multi on", bound over /etc/host.conf when set
 
-    def command(self, node: str, argv: Sequence[str], hosts: str) -> List[str]:
+    def command(self, node: str, argv: Sequence[str], hosts: Hosts) -> List[str]:
         """argv run on ``node``: its netns, its hostname, the given /etc/hosts."""
-        script = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+        path = hosts if isinstance(hosts, str) else hosts[node]
+        script = ('hostname "$1" && mount --bind "$2" /etc/hosts && '
+                  '{ [ -z "$3" ] || mount --bind "$3" /etc/host.conf; } && shift 3 && exec "$@"')
         return ["nsenter", f"--net=/run/netns/{_netns(node)}", "--",
                 "unshare", "--uts", "--mount", "--propagation", "private", "--",
-                "sh", "-c", script, "sh", node, hosts, *argv]
+                "sh", "-c", script, "sh", node, path, self.host_conf, *argv]
 
-    def run_all(self, argv: Sequence[str], hosts: str, cwd: str, timeout: float,
+    def run_all(self, argv: Sequence[str], hosts: Hosts, cwd: str, timeout: float,
                 env: Optional[Dict[str, Dict[str, str]]] = None) -> List[Tuple[int, str]]:
         """Start argv on every node at once; (rc, stdout+stderr) per node, bounded by timeout."""
         procs = [subprocess.Popen(self.command(node, argv, hosts), cwd=cwd,
@@ -122,16 +144,30 @@ def up(workdir: str, n: int = 2) -> JscNet:
             "peer", "name", f"p{node}", "netns", SWITCH)
         _ip("-n", SWITCH, "link", "set", f"p{node}", "master", "br0", "up")
         _ip("-n", ns, "addr", "add", f"{fast_addr(node)}/24", "dev", f"{node}i")
+        _ip("-n", ns, "addr", "add", f"{generic_addr(node)}/24", "dev", f"{node}i")
+        _ip("-n", ns, "addr", "add", f"{v6_addr(node)}/64", "dev", f"{node}i", "nodad")
         _ip("-n", ns, "link", "set", f"{node}i", "up")
+    debian = {n: _hosts_file(workdir, f"hosts_debian_{n}", nodes, generic_addr, own=n)
+              for n in nodes}
     return JscNet(nodes, _hosts_file(workdir, "hosts_jsc", nodes, mgmt_addr),
-                  _hosts_file(workdir, "hosts_shared", nodes, fast_addr))
+                  _hosts_file(workdir, "hosts_shared", nodes, fast_addr), debian,
+                  _write(workdir, "host.conf", "multi on\n"))
 
 
-def _hosts_file(workdir: str, name: str, nodes: Sequence[str], plain: Callable[[str], str]) -> str:
-    lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost"]
+def _hosts_file(workdir: str, name: str, nodes: Sequence[str], plain: Callable[[str], str],
+                own: str = "") -> str:
+    lines = ["127.0.0.1 localhost"]
+    lines += [f"127.0.1.1 {own}"] if own else []  # Debian's line for the own hostname
+    lines += ["::1 localhost ip6-localhost"]
     lines += [f"{plain(n)} {n}" for n in nodes]
     lines += [f"{fast_addr(n)} {n}i" for n in nodes]
+    lines += [f"{v6_addr(n)} {n}d\n{fast_addr(n)} {n}d" for n in nodes]  # AAAA first
+    lines += [f"{fast_addr(n)} tjscmixed" for n in nodes[:2]]  # on two nodes at once
+    return _write(workdir, name, "\n".join(lines) + "\n")
+
+
+def _write(workdir: str, name: str, text: str) -> str:
     fd, path = tempfile.mkstemp(prefix=f"{name}-", dir=workdir)
     with os.fdopen(fd, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(text)
     return path

@@ -154,8 +154,8 @@ def test_per_task_variables_expand_in_each_task(fakes):
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("jwb0001i", "29742")
         assert int(env["LOCAL_RANK"]) == int(env["RANK"]) % 2
         # The interface that reaches MASTER_ADDR, found on the master node (a local route)
-        # and on the others alike.
-        assert env["GLOO_SOCKET_IFNAME"] == env["NCCL_SOCKET_IFNAME"] == "ib0"
+        # and on the others alike; NCCL's exact-match form (a plain name is a prefix).
+        assert (env["GLOO_SOCKET_IFNAME"], env["NCCL_SOCKET_IFNAME"]) == ("ib0", "=ib0")
 
 
 def test_srun_mode_keeps_a_chosen_interface(fakes):
@@ -172,6 +172,45 @@ def test_srun_mode_unresolvable_master_fails_loudly(fakes):
     done = fakes.run(job("ddp_srun"), FAKE_GETENT_FAIL="1")
     assert done.returncode != 0 and "no interface reaches MASTER_ADDR=jwb0001i" in done.stderr
     assert not fakes.records("python3")
+
+
+@pytest.mark.parametrize("getent,family,ifname", [
+    ("loopback_first", "", "ib0"),  # Debian: the own hostname is 127.0.1.1 first
+    ("dual", "", "ib0"),            # AAAA listed first, A wins
+    ("v6only", "", "ib6"),
+    ("dual", "ipv6", "ib6"),        # the override, as torchrun_jsc reads it
+    ("dual", "any", "ib6"),         # resolver order
+    ("loopback_first", "IPv4", "ib0"),
+])
+def test_srun_mode_address_rule(fakes, getent, family, ifname):
+    """The task script picks MASTER_ADDR's address by torchrun_jsc's rule, on every node."""
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_srun"), FAKE_GETENT=getent, TORCHRUN_JSC_ADDRESS_FAMILY=family)
+    assert done.returncode == 0, done.stderr
+    envs = [r["env"] for r in fakes.records("python3")]
+    assert len(envs) == 8
+    assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {
+        (ifname, f"={ifname}")}
+
+
+@pytest.mark.parametrize("family,msg", [
+    ("ipv4", "no interface reaches MASTER_ADDR=jwb0001i"),
+    ("inet", "TORCHRUN_JSC_ADDRESS_FAMILY: expected auto, ipv4, ipv6 or any, got inet"),
+])
+def test_srun_mode_address_rule_refusals(fakes, family, msg):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_srun"), FAKE_GETENT="v6only", TORCHRUN_JSC_ADDRESS_FAMILY=family)
+    assert done.returncode != 0 and msg in done.stderr
+    assert not fakes.records("python3")
+
+
+def test_srun_mode_derived_nccl_ifname_is_exact_but_user_value_kept(fakes):
+    (fakes.dir / "image.sif").write_text("")
+    done = fakes.run(job("ddp_srun"), GLOO_SOCKET_IFNAME="eth7")
+    envs = [r["env"] for r in fakes.records("python3")]
+    assert done.returncode == 0 and envs
+    assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {
+        ("eth7", "=eth7")}
 
 
 def test_per_task_variables_unset_at_batch_scope_are_fine(fakes):

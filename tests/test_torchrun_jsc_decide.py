@@ -13,6 +13,20 @@ EP = "jwb0001i:29400"
 HOST_NET = NetFacts(("10.67.0.1",), ("10.67.0.1",), "10.67.0.1", "jwb0001i")
 PEER_NET = NetFacts(("10.67.0.1",), (), "10.67.0.2", "jwb0002i")
 LOOP_NET = NetFacts(("127.0.0.1",), ("127.0.0.1",), "127.0.0.1", "lo")
+# Debian/Ubuntu /etc/hosts: the own hostname is 127.0.1.1 too, and glibc returns it first.
+DEBIAN_HOST = NetFacts(("127.0.1.1", "172.31.0.1"), ("172.31.0.1",), "172.31.0.1", "eth0",
+                       target="172.31.0.1")
+DEBIAN_PEER = NetFacts(("172.31.0.1",), (), "172.31.0.2", "eth0", target="172.31.0.1")
+# AAAA and A records, the resolver's IPv6 first: IPv4 counts, and its interface.
+DUAL_HOST = NetFacts(("fd00::1", "10.67.0.1"), ("fd00::1", "10.67.0.1"), "10.67.0.1",
+                     "jwb0001i", target="10.67.0.1")
+DUAL_PEER = NetFacts(("fd00::1", "10.67.0.1"), (), "10.67.0.2", "jwb0002i", target="10.67.0.1")
+V6_PEER = NetFacts(("fd00::1",), (), "fd00::2", "jwb0002i", target="fd00::1")
+# The A record is on this machine, the AAAA is not (a stale entry, another node's address).
+PARTIAL = NetFacts(("fd00::9", "10.67.0.1"), ("10.67.0.1",), "10.67.0.1", "jwb0001i",
+                   target="10.67.0.1")
+PARTIAL_V4 = NetFacts(PARTIAL.addresses, PARTIAL.local_matches, "10.67.0.1", "jwb0001i",
+                      family="ipv4", target="10.67.0.1")
 
 
 def req(env=None, conf="", local_addr=None, endpoint=EP, backend="c10d", standalone=False,
@@ -42,6 +56,19 @@ TABLE = [
     ("loopback and no slurm: left to torch", req(endpoint="localhost:1"), LOOP_NET, None,
      "left to torch", None),
     ("user local_addr kept", req(local_addr="jwb0002i"), PEER_NET, False, "network", "jwb0002i"),
+    ("debian hosts: loopback skipped on the host", req(endpoint="node0:1"), DEBIAN_HOST, True,
+     "network: node0 -> 172.31.0.1 is on this machine (ignored: 127.0.1.1)", "172.31.0.1"),
+    ("debian hosts: peer", req(endpoint="node0:1"), DEBIAN_PEER, False,
+     "network: node0 -> 172.31.0.1 not on this machine", "172.31.0.2"),
+    ("AAAA+A on the host", req(), DUAL_HOST, True,
+     "network: jwb0001i -> 10.67.0.1, fd00::1 are on this machine", "10.67.0.1"),
+    ("AAAA+A on a peer: IPv4 source", req(), DUAL_PEER, False,
+     "network: jwb0001i -> 10.67.0.1, fd00::1 not", "10.67.0.2"),
+    ("IPv6 only", req(), V6_PEER, False, "network: jwb0001i -> fd00::1 not", "fd00::2"),
+    ("partial, is_host given: network not asked", req(conf="is_host=1"), PARTIAL, True,
+     "rdzv_conf", "10.67.0.1"),
+    ("partial in IPv6 only, family ipv4", req(), PARTIAL_V4, True,
+     "network: jwb0001i -> 10.67.0.1 is on this machine (ignored: fd00::9)", "10.67.0.1"),
 ]
 
 
@@ -78,10 +105,14 @@ def test_old_torch_refused():
         decide(req(version=(1, 8)), HOST_NET)
 
 
-@pytest.mark.parametrize("version,old", [((1, 9), True), ((2, 4), True), ((2, 5), False),
-                                         ((2, 13), False), ((3, 0), False)])
-def test_old_torch_fallback_by_version(version, old):
-    d = decide(req(version=version), PEER_NET)
+@pytest.mark.parametrize("version", [(1, 9), (2, 4), (2, 5), (2, 13), (3, 0)])
+@pytest.mark.parametrize("supported", [True, False])
+def test_old_torch_fallback_by_feature_not_version(version, supported):
+    """compat.supports_local_addr decides (a 2.5.0a0 build may lack #135262)."""
+    r = Request(rdzv_backend="c10d", rdzv_endpoint=EP, torch_version=version,
+                local_addr_supported=supported)
+    d = decide(r, PEER_NET)
+    old = not supported
     assert d.old_torch_fallback is old
     ns = argparse.Namespace(rdzv_conf="", local_addr=None)
     assert apply(ns, d).local_addr == (None if old else "10.67.0.2")
@@ -113,10 +144,13 @@ def test_apply_never_overrides_user_values():
 
 
 def test_socket_ifname_set_only_when_unset():
+    # NCCL matches a prefix (ib0 also matches ib01): "=NAME" is exact; gloo takes the name.
     assert dict(decide(req(), PEER_NET).worker_env) == {
-        "GLOO_SOCKET_IFNAME": "jwb0002i", "NCCL_SOCKET_IFNAME": "jwb0002i"}
+        "GLOO_SOCKET_IFNAME": "jwb0002i", "NCCL_SOCKET_IFNAME": "=jwb0002i"}
     d = decide(req({"NCCL_SOCKET_IFNAME": "ib0"}), PEER_NET)
     assert dict(d.worker_env) == {"GLOO_SOCKET_IFNAME": "jwb0002i"}
+    d = decide(req({"GLOO_SOCKET_IFNAME": "eth1"}), PEER_NET)
+    assert dict(d.worker_env) == {"NCCL_SOCKET_IFNAME": "=jwb0002i"}
     assert decide(req(endpoint="localhost:1"), LOOP_NET).worker_env == ()
 
 
@@ -159,3 +193,23 @@ def test_bad_env_values(env, msg):
 def test_bad_rdzv_conf():
     with pytest.raises(LaunchError, match="malformed entry"):
         decide(req(conf="is_host"), PEER_NET)
+
+
+def test_partly_local_endpoint_refused_naming_both():
+    with pytest.raises(LaunchError) as e:
+        decide(req(), PARTIAL)
+    msg = str(e.value)
+    assert "\n" not in msg and "'jwb0001i'" in msg
+    assert "on this machine (10.67.0.1) and not on it (fd00::9)" in msg
+
+
+def test_family_that_leaves_nothing_refused():
+    with pytest.raises(LaunchError, match=r"'jwb0001i' has no IPv6 address "
+                       r"\(TORCHRUN_JSC_ADDRESS_FAMILY=ipv6\); it resolves to 10.67.0.1"):
+        decide(req(), NetFacts(("10.67.0.1",), (), "10.67.0.2", "jwb0002i", family="ipv6"))
+
+
+def test_log_line_names_the_target_and_interface():
+    line = describe(decide(req(), DUAL_PEER), EP)
+    assert "local_addr=10.67.0.2 (source address towards 10.67.0.1 via jwb0002i)" in line
+    assert "NCCL_SOCKET_IFNAME==jwb0002i (set for workers)" in line

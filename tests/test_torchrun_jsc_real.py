@@ -105,9 +105,78 @@ def test_control_hostname_endpoint_on_shared_segment(net, release, launcher):
     assert_all_ok(launch(net, launcher, "tjsc0001:29615", net.hosts_shared), release)
 
 
+def test_debian_hosts_put_loopback_first(net):
+    """The premise of the next test: with Debian's /etc/hosts and `multi on`, the host node's
+    own name resolves to 127.0.1.1 first, then to its cluster address."""
+    p = subprocess.run(net.command("tjsc0001", ["getent", "ahosts", "tjsc0001"],
+                                   net.hosts_debian), capture_output=True, text=True, timeout=30)
+    addrs = [line.split()[0] for line in p.stdout.splitlines()]
+    assert addrs[0] == "127.0.1.1" and "172.31.0.1" in addrs, p.stdout
+
+
+@pytest.mark.parametrize("launcher", [TORCHRUN, TORCHRUN_JSC], ids=["torchrun", "torchrun_jsc"])
+def test_debian_hosts_generic_site(net, release, launcher):
+    """Site generic: the endpoint is the first node's plain hostname, which that node maps to
+    127.0.1.1 as well. torchrun passes; torchrun_jsc must too (it published 127.0.0.1).
+
+    Plain torchrun gets GLOO_SOCKET_IFNAME (as a site profile would set it): without it gloo's
+    default device binds the hostname's first address, 127.0.1.1, whatever the launcher does.
+    torchrun_jsc gets nothing: it sets the interface for the workers itself."""
+    gloo = {n: {"GLOO_SOCKET_IFNAME": f"{n}i"} for n in net.nodes}
+    results = launch(net, launcher, "tjsc0001:29616", net.hosts_debian,
+                     gloo if launcher is TORCHRUN else None)
+    assert_all_ok(results, release)
+    assert not any("master=127." in out for _, out in results)
+    if launcher is TORCHRUN_JSC:
+        host_out, peer_out = results[0][1], results[1][1]
+        assert ("is_host=True (network: tjsc0001 -> 172.31.0.1 is on this machine "
+                "(ignored: 127.0.1.1))") in host_out
+        assert "local_addr=172.31.0.1 (source address towards 172.31.0.1 via tjsc0001i)" \
+            in host_out
+        assert "local_addr=172.31.0.2 (source address towards 172.31.0.1 via tjsc0002i)" \
+            in peer_out
+
+
+def test_aaaa_and_a_endpoint_picks_ipv4(net, release):
+    """tjsc0001d has an AAAA (on the link, returned first) and an A record: IPv4 wins."""
+    results = launch(net, TORCHRUN_JSC, "tjsc0001d:29617", net.hosts_jsc)
+    assert_all_ok(results, release)
+    host_out, peer_out = results[0][1], results[1][1]
+    assert "is_host=True (network: tjsc0001d -> 10.77.1.1, fd77::1 are on this machine)" \
+        in host_out
+    assert "local_addr=10.77.1.2 (source address towards 10.77.1.1 via tjsc0002i)" in peer_out
+    assert "GLOO_SOCKET_IFNAME=tjsc0002i (set for workers)" in peer_out
+    assert "NCCL_SOCKET_IFNAME==tjsc0002i (set for workers)" in peer_out  # exact match form
+
+
+def test_address_family_override_ipv6(net, release):
+    """TORCHRUN_JSC_ADDRESS_FAMILY=ipv6: the same name, now over its AAAA record."""
+    env = {n: {"TORCHRUN_JSC_ADDRESS_FAMILY": "ipv6"} for n in net.nodes}
+    results = launch(net, TORCHRUN_JSC, "tjsc0001d:29618", net.hosts_jsc, env)
+    assert_all_ok(results, release)
+    assert "is_host=True (network: tjsc0001d -> fd77::1 is on this machine (ignored: " \
+        "10.77.1.1))" in results[0][1]
+    assert "local_addr=fd77::2 (source address towards fd77::1 via tjsc0002i)" in results[1][1]
+
+
+def test_unknown_name_fails_within_2_s(net):
+    """The resolver deadline is 12 s, but a name that does not exist is answered at once."""
+    code = ("import time; from launcher.torchrun_jsc import netinfo\n"
+            "from launcher.torchrun_jsc.decide import Endpoint, LaunchError\n"
+            "t = time.monotonic()\n"
+            "try: netinfo.resolve(Endpoint('nosuchhost.invalid', 1))\n"
+            "except LaunchError as e: print('ERR', e)\n"
+            "print('ELAPSED', time.monotonic() - t)")
+    p = subprocess.run(net.command("tjsc0002", [PYTHON, "-c", code], net.hosts_jsc), cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert "ERR --rdzv_endpoint: host 'nosuchhost.invalid' does not resolve" in p.stdout, p
+    assert float(p.stdout.split("ELAPSED")[1]) < 2.0, p.stdout
+
+
 @pytest.mark.parametrize("endpoint,msg", [
     ("nosuchhost.invalid:29400", "does not resolve"),
     ("tjsc0001i:70000", "bad port '70000'"),
+    ("tjscmixed:29400", "addresses on this machine (10.77.1.2) and not on it (10.77.1.1)"),
 ])
 def test_bad_endpoint_fails_fast_with_one_line(net, endpoint, msg):
     argv = [*TORCHRUN_JSC, "--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",

@@ -2,17 +2,25 @@
 
 Flow: torch's own parser (every flag, alias and PET_* variable) -> ``decide.Request`` +
 ``netinfo.probe`` -> ``decide.decide`` (pure) -> ``decide.apply`` on a copy of the parsed
-namespace -> torch's own ``torch.distributed.run.run``. torch is imported lazily, in
-``main`` only. See decide.py for why (pytorch/pytorch#73656).
+namespace -> torch's own ``torch.distributed.run.run``, wrapped in torch's ``record`` as
+torchrun's own main is (error file, faulthandler). torch is imported lazily, in ``main``
+only. See decide.py for why (pytorch/pytorch#73656).
+
+Exit status: 2 for torchrun_jsc's own one-line errors (bad input, an endpoint that does not
+resolve or that it refuses); otherwise what torchrun gives.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
+from dataclasses import replace
+from types import ModuleType
 from typing import List, Mapping, Optional, Tuple
 
+from .addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, parse_endpoint, passthrough_reason)
 
@@ -24,21 +32,37 @@ def torch_version(text: str) -> Tuple[int, int]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def request_from_args(args, env: Mapping[str, str], version: Tuple[int, int]) -> Request:
+def request_from_args(args: argparse.Namespace, env: Mapping[str, str],
+                      version: Tuple[int, int], local_addr_supported: bool = True) -> Request:
     """The decision's input from torch's parsed namespace (CLI and PET_* already merged)."""
     return Request(
         rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint or "",
         rdzv_conf=args.rdzv_conf or "", local_addr=getattr(args, "local_addr", None),
-        standalone=bool(args.standalone), env=dict(env), torch_version=version)
+        standalone=bool(args.standalone), env=dict(env), torch_version=version,
+        local_addr_supported=local_addr_supported)
 
 
-def _decide(args, version: Tuple[int, int]) -> Decision:
+def _decide(args: argparse.Namespace, version: Tuple[int, int]) -> Decision:
     req = request_from_args(args, os.environ, version)
     if passthrough_reason(req):
         return decide(req, NetFacts())  # nothing to patch: no network probing
+    from . import compat
     from .netinfo import probe
 
-    return decide(req, probe(parse_endpoint(req.rdzv_endpoint)))
+    req = replace(req, local_addr_supported=compat.supports_local_addr())
+    facts = probe(parse_endpoint(req.rdzv_endpoint), address_family(req.env),
+                  resolve_timeout(req.env))
+    return decide(req, facts)
+
+
+def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> None:
+    for name, value in d.worker_env:
+        os.environ[name] = value
+    if d.patch and d.old_torch_fallback:
+        from . import compat
+
+        compat.install(d.local_addr, d.is_host)
+    torch_run.run(apply(args, d))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -60,11 +84,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"torchrun_jsc: error: {e}", file=sys.stderr)
         return 2
     print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
-    for name, value in d.worker_env:
-        os.environ[name] = value
-    if d.patch and d.old_torch_fallback:
-        from . import compat
+    # As torchrun's own main: TORCHELASTIC_ERROR_FILE gets the first failed worker's root
+    # cause (or the agent's exception), and faulthandler is on. In torch since 1.9.
+    from torch.distributed.elastic.multiprocessing.errors import record
 
-        compat.install(d.local_addr, d.is_host)
-    torch_run.run(apply(args, d))
+    record(_launch)(torch_run, args, d)
     return 0

@@ -15,22 +15,18 @@ store, or workers get an address they cannot reach.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
+from .addresses import LaunchError, candidates, is_loopback
+
 DEFAULT_PORT = 29400  # torch's c10d default port (c10d_rendezvous_backend.DEFAULT_PORT)
 MIN_TORCH = (1, 9)
-LOCAL_ADDR_TORCH = (2, 5)  # first torch with --local_addr
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 _TRUE = {"1", "true", "yes", "y", "on"}
 _FALSE = {"0", "false", "no", "n", "off"}
 _HOST_RE = re.compile(r"^[\w.:%-]+$")
-
-
-class LaunchError(ValueError):
-    """Bad user input: the message is one line naming the value and what is accepted."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +40,9 @@ class Request:
     standalone: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     torch_version: Tuple[int, int] = (2, 13)
+    # Does the installed torch publish --local_addr (pytorch/pytorch#135262)? Detected from
+    # torch itself by compat.supports_local_addr, not from the version string.
+    local_addr_supported: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,19 +58,23 @@ class Endpoint:
 class NetFacts:
     """What the network says, probed once by ``netinfo.probe`` and passed in as data.
 
-    ``addresses``: what the endpoint host resolves to; ``local_matches``: those of them that
-    are assigned to one of this machine's interfaces; ``source_addr``/``source_ifname``: the
-    local address (and its interface) the kernel would use to reach the endpoint.
+    ``addresses``: what the endpoint host resolves to, resolver order; ``local_matches``:
+    those of them that are assigned to one of this machine's interfaces; ``family``: the
+    TORCHRUN_JSC_ADDRESS_FAMILY rule (addresses.candidates); ``target``: the best candidate
+    that has a route; ``source_addr``/``source_ifname``: the local address (and its interface)
+    the kernel would use to reach ``target``.
     """
 
     addresses: Tuple[str, ...] = ()
     local_matches: Tuple[str, ...] = ()
     source_addr: Optional[str] = None
     source_ifname: Optional[str] = None
+    family: str = "auto"
+    target: Optional[str] = None
 
     @property
     def all_loopback(self) -> bool:
-        return all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in self.addresses)
+        return all(is_loopback(a) for a in self.addresses)
 
 
 @dataclass(frozen=True)
@@ -185,9 +188,7 @@ def _decide_is_host(req: Request, ep: Endpoint, net: NetFacts,
     if explicit and by_rank is not None:
         return by_rank, f"{rank_src} == TORCHRUN_JSC_HOST_NODE_RANK ({host_rank})", node_rank, rank_src, ()
     if net.addresses and not net.all_loopback:
-        is_host = bool(net.local_matches)
-        src = (f"network: {ep.host} -> {net.local_matches[0]} is on this machine" if is_host
-               else f"network: {ep.host} -> {', '.join(net.addresses)} not on this machine")
+        is_host, src = _is_host_by_network(ep, net)
         notes: Tuple[str, ...] = ()
         if by_rank is not None and by_rank != is_host:
             notes = (f"{rank_src}={node_rank} with host node rank {host_rank} suggests "
@@ -199,12 +200,42 @@ def _decide_is_host(req: Request, ep: Endpoint, net: NetFacts,
     return None, "left to torch (network cannot tell, no node rank)", node_rank, rank_src, ()
 
 
+def _is_host_by_network(ep: Endpoint, net: NetFacts) -> Tuple[bool, str]:
+    """Are the endpoint's addresses (loopback skipped) on this machine? All or none."""
+    counted = candidates(ep.host, net.addresses, net.family)
+    here = tuple(a for a in counted if a in net.local_matches)
+    elsewhere = tuple(a for a in counted if a not in net.local_matches)
+    if here and elsewhere:
+        raise LaunchError(f"--rdzv_endpoint: host {ep.host!r} resolves to addresses on this "
+                          f"machine ({', '.join(here)}) and not on it ({', '.join(elsewhere)}); "
+                          "use a name or address of one node only")
+    skipped = [a for a in net.addresses if a not in counted]
+    extra = f" (ignored: {', '.join(skipped)})" if skipped else ""
+    if here:
+        verb = "is" if len(here) == 1 else "are"
+        return True, f"network: {ep.host} -> {', '.join(here)} {verb} on this machine{extra}"
+    return False, f"network: {ep.host} -> {', '.join(counted)} not on this machine{extra}"
+
+
 def _decide_local_addr(req: Request, net: NetFacts) -> Tuple[Optional[str], str]:
     if req.local_addr:
         return req.local_addr, "--local_addr (user)"
     if net.source_addr is None or not net.addresses or net.all_loopback:
         return None, "left to torch (FQDN)"
-    return net.source_addr, f"source address towards the endpoint via {net.source_ifname or '?'}"
+    return net.source_addr, (f"source address towards {net.target or 'the endpoint'} via "
+                             f"{net.source_ifname or '?'}")
+
+
+def _worker_env(req: Request, net: NetFacts,
+                local_addr: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """The socket interface for the workers, where the user set none. NCCL matches
+    NCCL_SOCKET_IFNAME as a prefix (ib0 would match ib01 too): ``=NAME`` is its exact form;
+    gloo takes a plain name."""
+    ifname = net.source_ifname
+    if not ifname or ifname == "lo" or local_addr != net.source_addr:
+        return ()
+    values = {"GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": f"={ifname}"}
+    return tuple((v, values[v]) for v in SOCKET_IFNAME_VARS if not req.env.get(v))
 
 
 def decide(req: Request, net: NetFacts) -> Decision:
@@ -216,10 +247,8 @@ def decide(req: Request, net: NetFacts) -> Decision:
     conf = parse_rdzv_conf(req.rdzv_conf)
     is_host, host_src, node_rank, rank_src, notes = _decide_is_host(req, ep, net, conf)
     local_addr, addr_src = _decide_local_addr(req, net)
-    worker_env = tuple((v, net.source_ifname) for v in SOCKET_IFNAME_VARS
-                       if net.source_ifname and net.source_ifname != "lo"
-                       and local_addr == net.source_addr and not req.env.get(v))
-    old = (req.torch_version < LOCAL_ADDR_TORCH
+    worker_env = _worker_env(req, net, local_addr)
+    old = (not req.local_addr_supported
            or parse_bool("TORCHRUN_JSC_PREFER_OLD_SOLUTION",
                          req.env.get("TORCHRUN_JSC_PREFER_OLD_SOLUTION", "0"))
            or not parse_bool("TORCHRUN_JSC_PREFER_ARG_PATCHING",

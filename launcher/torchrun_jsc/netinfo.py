@@ -2,8 +2,10 @@
 
 Where it sits: endpoint -> ``probe()`` -> ``NetFacts`` (a value) -> ``decide.decide``.
 No reverse DNS anywhere (an interface address without a name must not matter), nothing
-that can hang: name resolution runs in a daemon thread with a deadline, and the source
-address is found with a UDP ``connect`` (no packet is sent).
+that can hang: name resolution runs in a daemon thread with a deadline
+(TORCHRUN_JSC_RESOLVE_TIMEOUT), and the source address is found with a UDP ``connect`` (no
+packet is sent) towards the best address by ``addresses.candidates`` (loopback skipped, IPv4
+first), never simply the resolver's first.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ import socket
 import threading
 from typing import Dict, List, Optional, Tuple
 
+from .addresses import DEFAULT_RESOLVE_TIMEOUT_S, candidates
 from .decide import Endpoint, LaunchError, NetFacts
-
-RESOLVE_TIMEOUT_S = 1.5
 
 
 class _SockAddr(ctypes.Structure):
@@ -74,7 +75,7 @@ def interface_addresses() -> Dict[str, str]:
     return out
 
 
-def resolve(ep: Endpoint, timeout: float = RESOLVE_TIMEOUT_S) -> Tuple[str, ...]:
+def resolve(ep: Endpoint, timeout: float = DEFAULT_RESOLVE_TIMEOUT_S) -> Tuple[str, ...]:
     """Addresses of the endpoint host, in resolver order; LaunchError if none within timeout."""
     result: List = []
 
@@ -113,12 +114,15 @@ def source_address(addr: str, port: int) -> Optional[str]:
         return str(ipaddress.ip_address(s.getsockname()[0].split("%")[0]))
 
 
-def probe(ep: Endpoint) -> NetFacts:
-    addresses = resolve(ep)
+def probe(ep: Endpoint, family: str = "auto",
+          timeout: float = DEFAULT_RESOLVE_TIMEOUT_S) -> NetFacts:
+    """Resolve the endpoint, match its addresses against ours, find the source address."""
+    addresses = resolve(ep, timeout)
+    chosen = candidates(ep.host, addresses, family)
     local = interface_addresses()
     matches = tuple(a for a in addresses if a in local)
-    for a in addresses:
+    for a in chosen:
         src = source_address(a, ep.port)
         if src is not None:
-            return NetFacts(addresses, matches, src, local.get(src))
-    return NetFacts(addresses, matches, None, None)
+            return NetFacts(addresses, matches, src, local.get(src), family, a)
+    return NetFacts(addresses, matches, None, None, family)

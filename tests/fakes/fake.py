@@ -21,27 +21,45 @@ from typing import Dict, List, Sequence, Tuple
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
          "torchrun", "python3", "module")
 # Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
-# seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve.
-# ip: node 0 owns 10.0.0.1 on ib0 (route type local); the others reach it through ib0.
+# seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve, to
+# 10.0.0.1, or as FAKE_GETENT says: loopback_first (Debian: 127.0.1.1 first), dual (AAAA
+# fd00::1 first, then A), v6only. ahostsv4 drops the IPv6 lines, as the real one does.
+# ip: node 0 owns 10.0.0.1 on ib0 and fd00::1 on ib6 (route type local); the others reach
+# them through ib0 and ib6. Anything else (127.0.1.1 included) is an error.
 SH_TOOLS = {
     "getent": """\
-case "$2" in *i) if [ -z "${FAKE_GETENT_FAIL:-}" ]; then
-    printf '10.0.0.1        STREAM %s\\n10.0.0.1        DGRAM\\n' "$2"; exit 0; fi ;; esac
-exit 2
+case "$2" in *i) [ -z "${FAKE_GETENT_FAIL:-}" ] || exit 2 ;; *) exit 2 ;; esac
+case "${FAKE_GETENT:-}" in
+    loopback_first) addrs="127.0.1.1 10.0.0.1" ;;
+    dual) addrs="fd00::1 10.0.0.1" ;;
+    v6only) addrs="fd00::1" ;;
+    *) addrs="10.0.0.1" ;;
+esac
+found=""
+for a in $addrs; do
+    case "$1:$a" in ahostsv4:*:*) continue ;; esac
+    printf '%-15s STREAM %s\\n%-15s DGRAM  \\n%-15s RAW    \\n' "$a" "$2" "$a" "$a"
+    found=1
+done
+[ -n "$found" ] || exit 2
 """,
     "ip": """\
 : >>"$FAKE_LOG/ip.called"
-if [ "$*" = "-o route get 10.0.0.1" ]; then
-    if [ "${SLURM_NODEID:-}" = 0 ]; then
-        echo 'local 10.0.0.1 dev lo table local src 10.0.0.1 uid 0 \\    cache <local> '
-    else
-        echo '10.0.0.1 dev ib0 src 10.0.0.2 uid 0 \\    cache '
-    fi
-elif [ "$*" = "-o addr show to 10.0.0.1" ]; then
-    echo '3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\       valid_lft forever'
-else
-    echo 'Error: any valid prefix is expected rather than "".' >&2; exit 1
-fi
+case "$*" in
+    "-o route get 10.0.0.1"|"-o route get fd00::1")
+        if [ "${SLURM_NODEID:-}" = 0 ]; then
+            echo "local $4 dev lo table local src $4 uid 0 \\    cache <local> "
+        elif [ "$4" = 10.0.0.1 ]; then
+            echo '10.0.0.1 dev ib0 src 10.0.0.2 uid 0 \\    cache '
+        else
+            echo 'fd00::1 from :: dev ib6 proto kernel src fd00::2 metric 256 pref medium'
+        fi ;;
+    "-o addr show to 10.0.0.1")
+        echo '3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\    valid_lft forever' ;;
+    "-o addr show to fd00::1")
+        echo '4: ib6    inet6 fd00::1/64 scope global \\    valid_lft forever' ;;
+    *) echo 'Error: any valid prefix is expected rather than "'"$4"'".' >&2; exit 1 ;;
+esac
 """,
 }
 RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",

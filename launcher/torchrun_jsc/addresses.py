@@ -1,0 +1,81 @@
+"""The address rule torchrun_jsc (and the kit's task scripts, launcher/plans.py) follow.
+
+Where it sits: ``netinfo.resolve`` -> every address of the endpoint host -> ``candidates``
+(pure) -> the addresses that count, best first -> ``netinfo.probe`` (source address) and
+``decide`` (is_host). Nothing here touches the network or reads ``os.environ``.
+
+Why: the resolver's order must not decide. A Debian/Ubuntu ``/etc/hosts`` maps the node's own
+hostname to 127.0.1.1 besides the cluster entry, and glibc returns the loopback one first: a
+source address computed towards it is 127.0.0.1, which other nodes cannot reach. And an
+endpoint with AAAA and A records comes back IPv6 first (RFC 6724 precedence) although the
+cluster network the user means is nearly always IPv4.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from typing import Mapping, Sequence, Tuple
+
+FAMILY_VAR = "TORCHRUN_JSC_ADDRESS_FAMILY"
+FAMILIES = ("auto", "ipv4", "ipv6", "any")
+TIMEOUT_VAR = "TORCHRUN_JSC_RESOLVE_TIMEOUT"
+# glibc's resolver retries a lost UDP query after 5 s (resolv.conf "timeout:5"): survive one
+# lost packet on the way to each of two attempts. A name that does not exist is answered at
+# once (NXDOMAIN, or absent from /etc/hosts), so errors stay fast.
+DEFAULT_RESOLVE_TIMEOUT_S = 12.0
+
+
+class LaunchError(ValueError):
+    """Bad user input: the message is one line naming the value and what is accepted."""
+
+
+def is_loopback(addr: str) -> bool:
+    ip = ipaddress.ip_address(addr.split("%")[0])
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def is_ipv6(addr: str) -> bool:
+    return ":" in addr
+
+
+def address_family(env: Mapping[str, str]) -> str:
+    """TORCHRUN_JSC_ADDRESS_FAMILY: auto (default: IPv4 unless IPv6 only), ipv4, ipv6, any."""
+    value = env.get(FAMILY_VAR, "").strip().lower() or "auto"
+    if value not in FAMILIES:
+        raise LaunchError(f"{FAMILY_VAR}: expected one of {', '.join(FAMILIES)}, "
+                           f"got {env[FAMILY_VAR]!r}")
+    return value
+
+
+def resolve_timeout(env: Mapping[str, str]) -> float:
+    """TORCHRUN_JSC_RESOLVE_TIMEOUT: seconds (> 0) to wait for the endpoint's addresses."""
+    text = env.get(TIMEOUT_VAR, "").strip()
+    if not text:
+        return DEFAULT_RESOLVE_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise LaunchError(f"{TIMEOUT_VAR}: expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def candidates(host: str, addresses: Sequence[str], family: str) -> Tuple[str, ...]:
+    """The endpoint addresses that count, best first.
+
+    Loopback ones are skipped whenever another exists; then ``auto`` puts every IPv4 address
+    before every IPv6 one, ``ipv4``/``ipv6`` keep only that family and ``any`` keeps the
+    resolver's order. Raises when the family leaves nothing.
+    """
+    usable = tuple(a for a in addresses if not is_loopback(a)) or tuple(addresses)
+    v4 = tuple(a for a in usable if not is_ipv6(a))
+    v6 = tuple(a for a in usable if is_ipv6(a))
+    chosen = {"auto": v4 + v6, "any": usable, "ipv4": v4, "ipv6": v6}[family]
+    if not chosen:
+        raise LaunchError(f"--rdzv_endpoint: host {host!r} has no {family.replace('ip', 'IP')}"
+                           f" address ({FAMILY_VAR}={family}); it resolves to "
+                           f"{', '.join(addresses)}")
+    return chosen
