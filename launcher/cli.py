@@ -18,7 +18,7 @@ from launcher.jobscript import render_jobscript
 from launcher.plans import render_preview
 from launcher.model import JobSpec, SpecError
 from launcher.spec import load_spec
-from launcher.submit import SubmitError, image_labels, sbatch, write_script
+from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,12 +81,15 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
     if args.command == "check":
         text = render_jobscript(spec)  # rendering can reject combinations, so check renders
+        notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         found = f", image label {_check_image(spec)}" if args.image else ""
-        print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {spec.job.nodes} "
-              f"nodes, {len(text.splitlines())} lines{found})")
+        nodes = f"{spec.job.nodes} node{'s' if spec.job.nodes != 1 else ''}"
+        print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
+              f"{len(text.splitlines())} lines{found}{notes})")
     elif args.command == "render":
         text = render_jobscript(spec)
         if args.output:
+            check_log_dirs(spec)  # a script to submit: its log directory must exist
             write_script(text, args.output)
         else:
             sys.stdout.write(text)
@@ -97,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
             raise SpecError(args.spec, "--nodelist", str(exc)) from None
     else:
         text = render_jobscript(spec)
+        check_log_dirs(spec)
         script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
         write_script(text, script)
         print(sbatch(script, args.sbatch_args))
