@@ -74,6 +74,12 @@ def _check_image(spec: JobSpec) -> str:
     return found
 
 
+def _sets_logs(sbatch_args: Sequence[str]) -> bool:
+    """True when options for sbatch replace the spec's log files or directory."""
+    return any(a.startswith(("-o", "-e", "-D", "--output", "--error", "--chdir"))
+               for a in sbatch_args)
+
+
 def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     target = getattr(args, "output", None)
@@ -100,7 +106,8 @@ def _run(args: argparse.Namespace) -> int:
             raise SpecError(args.spec, "--nodelist", str(exc)) from None
     else:
         text = render_jobscript(spec)
-        check_log_dirs(spec)
+        if not _sets_logs(args.sbatch_args):
+            check_log_dirs(spec)
         script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
         write_script(text, script)
         print(sbatch(script, args.sbatch_args))

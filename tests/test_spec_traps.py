@@ -222,3 +222,13 @@ def test_log_directory_relative_to_sbatch_chdir(tmp_path, monkeypatch):
     (tmp_path / "run" / "logs").mkdir(parents=True)
     spec = spec_file(tmp_path, "{nodes: 1, output: 'logs/o.out', sbatch: {chdir: run}}")
     assert main(["check", str(spec)]) == 0
+
+
+def test_submit_with_sbatch_log_options_leaves_the_check_to_sbatch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = spec_file(tmp_path, "{nodes: 1, output: 'logs/%x-%j.out'}")
+    calls = []
+    monkeypatch.setattr("launcher.cli.sbatch", lambda s, e: calls.append(list(e)) or "7")
+    assert main(["submit", str(spec), "--", "-A", "p", "--output=o-%j.out"]) == 0
+    assert calls == [["-A", "p", "--output=o-%j.out"]]
+    assert main(["submit", str(spec), "--", "-A", "p"]) == 2  # the spec's logs/ is missing
