@@ -19,7 +19,7 @@ from launcher.placement import placement_warnings
 from launcher.plans import render_preview
 from launcher.model import JobSpec, SpecError
 from launcher.spec import load_spec
-from launcher.submit import SubmitError, image_labels, sbatch, write_script
+from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,6 +75,12 @@ def _check_image(spec: JobSpec) -> str:
     return found
 
 
+def _sets_logs(sbatch_args: Sequence[str]) -> bool:
+    """True when options for sbatch replace the spec's log files or directory."""
+    return any(a.startswith(("-o", "-e", "-D", "--output", "--error", "--chdir"))
+               for a in sbatch_args)
+
+
 def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     for warning in placement_warnings(spec):  # the spec is valid, but likely not meant so
@@ -84,12 +90,15 @@ def _run(args: argparse.Namespace) -> int:
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
     if args.command == "check":
         text = render_jobscript(spec)  # rendering can reject combinations, so check renders
+        notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         found = f", image label {_check_image(spec)}" if args.image else ""
-        print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {spec.job.nodes} "
-              f"nodes, {len(text.splitlines())} lines{found})")
+        nodes = f"{spec.job.nodes} node{'s' if spec.job.nodes != 1 else ''}"
+        print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
+              f"{len(text.splitlines())} lines{found}{notes})")
     elif args.command == "render":
         text = render_jobscript(spec)
         if args.output:
+            check_log_dirs(spec)  # a script to submit: its log directory must exist
             write_script(text, args.output)
         else:
             sys.stdout.write(text)
@@ -100,6 +109,8 @@ def _run(args: argparse.Namespace) -> int:
             raise SpecError(args.spec, "--nodelist", str(exc)) from None
     else:
         text = render_jobscript(spec)
+        if not _sets_logs(args.sbatch_args):
+            check_log_dirs(spec)
         script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
         write_script(text, script)
         print(sbatch(script, args.sbatch_args))

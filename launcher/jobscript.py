@@ -8,15 +8,16 @@ the text through launcher.shell (argv tokens, assignments, #SBATCH quoting).
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import PurePosixPath
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, sbatch_quote, \
-    word
+from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
+    sbatch_quote, word
 from launcher.model import JobSpec
 
 
@@ -76,6 +77,9 @@ def _site_lines(spec: JobSpec) -> List[Statement]:
 
 def _env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
     out: List[Statement] = [Assign(name, value, export=True) for name, value in spec.env.values]
+    prepend, append = dict(spec.env.prepend), dict(spec.env.append)
+    out += [PathExport(name, prepend.get(name, ()), append.get(name, ()))
+            for name in sorted(set(prepend) | set(append))]
     if spec.env.passthrough:
         how = "inherited by every task" if runtime.inherits_env else \
             "forwarded by name into the container"
@@ -113,15 +117,31 @@ def _geometry_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
 
 
 def _log_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} nodes'
+    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}'
     summary += ', rendezvous ${rdzv_host}:${rdzv_port}"' if plan.rendezvous else '"'
-    out: List[Statement] = [Raw(summary)]
+    out: List[Statement] = [Raw('plural=s; if [ "$nnodes" -eq 1 ]; then plural=""; fi'),
+                            Raw(summary)]
     if plan.node_logs and spec.job.node_output is not None:
         folder = posixpath.dirname(spec.job.node_output)
         if folder:
             out.append(Raw(join(["mkdir", "-p", "--", folder])))
-        out.append(Raw(join(["echo", "per-node logs:", spec.job.node_output])))
+        out += _node_logs_line(spec.job.node_output)
     return out
+
+
+def _node_logs_line(pattern: str) -> List[Statement]:
+    """echo the per-node log names with %x and %j filled in from the job's own values;
+    %n becomes N, with the range of node indices."""
+    parts: List[Union[str, Var]] = []
+    for literal, code in re.findall(r"([^%]*)(%%|%[0-9]*[A-Za-z]|%|)", pattern):
+        parts.append(literal)
+        parts.append({"%x": Var("SLURM_JOB_NAME"), "%j": Var("SLURM_JOB_ID"), "%%": "%",
+                      "%n": "N"}.get(code, code))
+    if "%n" not in pattern:
+        return [Raw(join(["echo", "per-node logs:", word(*parts)]))]
+    return [Raw("last_node=$((nnodes - 1))"),
+            Raw(join(["echo", "per-node logs:", word(*parts),
+                      word("(N = node index 0..", Var("last_node"), ")")]))]
 
 
 def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
@@ -144,14 +164,17 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
 
 
 def _launch_comment(spec: JobSpec, plan: Plan) -> str:
-    n = spec.launch.procs_per_node
+    launch = spec.launch
+    n, command = launch.procs_per_node, " ".join(launch.command)
+    procs = f"{n} process{'es' if n != 1 else ''}"
+    per_gpu = ", one per GPU" if n == spec.job.gpus_per_node else ""
+    via = f"srun --mpi={launch.mpi_plugin}" if launch.mpi == "srun" else "mpirun"
     return {
-        "torchrun": f"one {spec.launch.command} per node, {n} processes each",
-        "srun": f"one task per GPU ({n} per node), ranks from Slurm's per-task variables",
-        "horovod": f"one MPI rank per GPU ({n} per node) via "
-                   f"{'srun --mpi=pmix' if spec.launch.mpi == 'srun' else 'mpirun'}",
-        "mpirun_torchrun": f"mpirun starts one {spec.launch.command} per node, {n} processes "
-                           "each",
+        "torchrun": f"one {command} per node, {procs} each",
+        "srun": f"{n} task{'s' if n != 1 else ''} per node{per_gpu}, ranks from Slurm's "
+                "per-task variables",
+        "horovod": f"{n} MPI rank{'s' if n != 1 else ''} per node{per_gpu} via {via}",
+        "mpirun_torchrun": f"mpirun starts one {command} per node, {procs} each",
     }[plan.mode]
 
 

@@ -49,6 +49,7 @@ class Job:
     error: Optional[str] = None
     node_output: Optional[str] = "logs/%x-%j.node%n.out"
     sbatch: Tuple[Tuple[str, Optional[str]], ...] = ()
+    sbatch_off: Tuple[str, ...] = ()  # options the spec switched off (`false`)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,15 @@ class Site:
 class Env:
     values: Tuple[Tuple[str, str], ...] = ()
     passthrough: Tuple[str, ...] = ()
+    # NAME -> entries joined with ':' around the value NAME has at run time (if set).
+    prepend: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+    append: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        """Every name the spec exports (set, prepend, append), sorted."""
+        edited = {n for n, _ in self.values} | {n for n, _ in self.prepend + self.append}
+        return tuple(sorted(edited))
 
 
 @dataclass(frozen=True)
@@ -82,10 +92,11 @@ class Runtime:
 class Launch:
     mode: Mode
     procs_per_node: int
-    command: str = "torchrun_jsc"
+    command: Tuple[str, ...] = ("torchrun_jsc",)  # argv of the per-node launcher
     rdzv_port: Optional[int] = None
     max_restarts: int = 0
     mpi: MpiLauncher = "srun"
+    mpi_plugin: str = "pmix"  # srun --mpi=PLUGIN (horovod with mpi: srun)
 
 
 @dataclass(frozen=True)

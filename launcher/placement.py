@@ -27,7 +27,9 @@ ONE_AGENT_MODES = ("torchrun", "mpirun_torchrun")
 
 def exclusive_default(spec: JobSpec) -> Optional[Tuple[str, Optional[str]]]:
     """The ``#SBATCH --exclusive`` the composer adds, or None (CPUs requested another way)."""
-    if spec.job.cpus_per_task is not None or "exclusive" in dict(spec.job.sbatch):
+    job = spec.job
+    if job.cpus_per_task is not None or "exclusive" in dict(job.sbatch) \
+            or "exclusive" in job.sbatch_off:
         return None
     return ("exclusive", None)
 
@@ -60,7 +62,7 @@ def placement_warnings(spec: JobSpec) -> List[str]:
         return [f"{spec.source}: job.cpus_per_task: warning: {per_node} worker processes per "
                 f"node would share {job.cpus_per_task} CPU(s) (the per-node agent's task); "
                 f"ask for at least {per_node}"]
-    if job.cpus_per_task is None and dict(job.sbatch).get("exclusive", "") is False:
+    if job.cpus_per_task is None and "exclusive" in job.sbatch_off:
         return [f"{spec.source}: job.sbatch.exclusive: warning: without whole nodes or "
                 f"job.cpus_per_task the job gets 1 CPU per node, and all {per_node} worker "
                 "processes of a node would run on that one core; set job.cpus_per_task"]

@@ -118,7 +118,7 @@ class Plan:
 def torchrun_argv(spec: JobSpec) -> List[Token]:
     """torchrun_jsc for one node; the program runs as written (--no-python)."""
     launch = spec.launch
-    return [launch.command, word("--nnodes=", NNODES),
+    return [*launch.command, word("--nnodes=", NNODES),
             f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
             f"--max_restarts={launch.max_restarts}", "--no-python", *spec.program]
@@ -177,8 +177,9 @@ def _plan_horovod(spec: JobSpec, rt: ContainerRuntime) -> Plan:
     per_node = spec.launch.procs_per_node
     task = tuple(_scripted_task(spec, rt, MPI_TASK_NAMES))
     if spec.launch.mpi == "srun":
+        mpi = (f"--mpi={spec.launch.mpi_plugin}",)
         return Plan("horovod", per_node, True, True, False, setup_argv(spec, rt),
-                    tuple(srun_argv(spec, rt, per_node, ("--mpi=pmix",))), task,
+                    tuple(srun_argv(spec, rt, per_node, mpi)), task,
                     MPI_TASK_ENV, spec.job.node_output is not None)
     _no_pyxis(spec, rt)
     return Plan("horovod", per_node, True, True, True, setup_argv(spec, rt),
@@ -251,7 +252,8 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     values = {"nnodes": str(len(nodes)), "ntasks": str(len(nodes) * plan.tasks_per_node),
               "rdzv_host": host, "rdzv_port": str(port), "SLURM_JOB_ID": str(job_id),
               "PWD": cwd}
-    lines = [f"# preview of {spec.source}: {len(nodes)} nodes ({nodelist}), job id {job_id}, "
+    lines = [f"# preview of {spec.source}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
+             f"({nodelist}), job id {job_id}, "
              f"mode {plan.mode}, {plan.tasks_per_node} task(s) per node"]
     if plan.rendezvous:
         lines.append(f"# rendezvous endpoint {host}:{port} (first node + site suffix "

@@ -66,7 +66,32 @@ class Assign:
         return f"{'export ' if self.export else ''}{self.name}={quote(self.value)}"
 
 
-Statement = Union[Raw, Assign]
+@dataclass(frozen=True)
+class PathExport:
+    """``export NAME="PRE${NAME:+:${NAME}}:APP"``: literal entries joined with ':' around the
+    value NAME has when the line runs; the ':' next to it only when that value is non-empty
+    (an empty PATH entry would mean the current directory)."""
+
+    name: str
+    prepend: tuple[str, ...] = ()
+    append: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        Var(self.name)  # validates the name
+        if not self.prepend and not self.append:
+            raise ValueError(f"nothing to add to {self.name}")
+
+    def render(self) -> str:
+        n = self.name
+        pre, app = (_dq_escape(":".join(entries)) for entries in (self.prepend, self.append))
+        if pre:
+            value = f"{pre}${{{n}:+:${{{n}}}}}" + (f":{app}" if app else "")
+        else:
+            value = f"${{{n}:+${{{n}}}:}}{app}"
+        return f'export {n}="{value}"'
+
+
+Statement = Union[Raw, Assign, PathExport]
 
 
 def word(*parts: Union[str, Var]) -> Word:

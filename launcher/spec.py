@@ -11,22 +11,29 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Tuple, cast
 
-from launcher import shell
-from launcher.model import (MODES, RUNTIME_KINDS, SITE_PROFILES, Bind, Env, Job, JobSpec,
-                            Launch, Mode, MpiLauncher, Runtime, RuntimeKind, Site, SpecError)
+from launcher.model import MODES, SITE_PROFILES, Job, JobSpec, Launch, Mode, MpiLauncher, \
+    Site, SpecError
+from launcher.spec_env import load_env
+from launcher.spec_runtime import load_runtime
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
         "output", "error", "node_output", "sbatch")
 _SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "venv")
-_RUNTIME = {
-    "bare": ("kind",),
-    "apptainer": ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir"),
-    "enroot": ("kind", "image", "binds", "bind_cwd", "container_name", "data_path"),
-    "pyxis": ("kind", "image", "binds", "bind_cwd", "container_name"),
+_LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi",
+           "mpi_plugin")
+_PER_NODE = ("torchrun", "mpirun_torchrun")  # modes that start a launcher per node
+# Launch keys that mean something only in some modes; elsewhere they are refused.
+_MODE_KEYS = {
+    "command": (_PER_NODE, "it is the per-node launcher of modes torchrun and "
+                "mpirun_torchrun; put the program in program"),
+    "max_restarts": (_PER_NODE, "it is torchrun's --max_restarts (modes torchrun and "
+                     "mpirun_torchrun)"),
+    "mpi": (("horovod",), "it chooses how horovod's MPI ranks start"),
+    "mpi_plugin": (("horovod",), "it is srun's --mpi=PLUGIN for horovod's MPI ranks"),
 }
-_LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi")
+_PLUGIN = re.compile(r"[a-z][a-z0-9_]*\Z")
 # Options the composer writes itself; setting them in job.sbatch would contradict it.
 _MANAGED = {"nodes": "job.nodes", "N": "job.nodes", "job-name": "job.name", "J": "job.name",
             "ntasks": "launch.mode", "ntasks-per-node": "launch.mode",
@@ -39,7 +46,6 @@ _TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}\Z")
 _IFNAME = re.compile(r"[A-Za-z0-9_.,:=^-]+\Z")
 _SUFFIX = re.compile(r"[A-Za-z0-9.-]*\Z")
 _OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
-_CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
 def parse_spec(text: str, file: str) -> JobSpec:
@@ -54,8 +60,8 @@ def parse_spec(text: str, file: str) -> JobSpec:
         raise r.fail("program", "must name a command, e.g. [python3, train.py]",
                      list(program))
     return JobSpec(source=file, job=job, site=_load_site(r, top.get("site", "generic")),
-                   env=_load_env(r, top.get("env", {})),
-                   runtime=_load_runtime(r, top.get("runtime", {"kind": "bare"})),
+                   env=load_env(r, top.get("env", {})),
+                   runtime=load_runtime(r, top.get("runtime", {"kind": "bare"})),
                    launch=launch, program=program)
 
 
@@ -86,6 +92,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
                                             for k in ("output", "error", "node_output")):
         raise r.fail("job.name", "must not contain '/' or '\\' while an output file pattern "
                      "uses %x", name)
+    sbatch, sbatch_off = _load_sbatch(r, m.get("sbatch", {}))
     return Job(
         name=name,
         nodes=r.integer("job.nodes", m["nodes"], 1, 100000),
@@ -95,7 +102,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         output=r.string("job.output", m.get("output", Job.output), newline=False),
         error=s("error"),
         node_output=None if node_output is None else _node_output(r, node_output),
-        sbatch=_load_sbatch(r, m.get("sbatch", {})),
+        sbatch=sbatch, sbatch_off=sbatch_off,
     )
 
 
@@ -114,10 +121,12 @@ def _node_output(r: Reader, value: Any) -> str:
     return text
 
 
-def _load_sbatch(r: Reader, value: Any) -> Tuple[Tuple[str, Optional[str]], ...]:
+def _load_sbatch(r: Reader, value: Any
+                 ) -> Tuple[Tuple[Tuple[str, Optional[str]], ...], Tuple[str, ...]]:
+    """(options to write, options switched off with false)."""
     if not isinstance(value, dict):
         raise r.fail("job.sbatch", "must be a mapping of sbatch option to value", value)
-    out = []
+    out, off = [], []
     for key, item in value.items():
         path = f"job.sbatch.{key}"
         if not isinstance(key, str) or not _OPTION.match(key):
@@ -125,12 +134,18 @@ def _load_sbatch(r: Reader, value: Any) -> Tuple[Tuple[str, Optional[str]], ...]
                          "dashes, e.g. exclusive or mem", key)
         if key in _MANAGED:
             raise r.fail(path, f"is written by the composer; set {_MANAGED[key]} instead")
+        if item is False:
+            off.append(key)  # not written; also keeps the composer from adding it
+            continue
         if item is True:
             out.append((key, None))
-        else:
+        elif isinstance(item, (str, int)):
             _no_dollar(r, path, item)
             out.append((key, r.string(path, item, newline=False)))
-    return tuple(sorted(out))
+        else:
+            raise r.fail(path, "must be true (a flag), false (left out), a string or an "
+                         "integer", item)
+    return tuple(sorted(out)), tuple(sorted(off))
 
 
 def _load_site(r: Reader, value: Any) -> Site:
@@ -155,87 +170,40 @@ def _load_site(r: Reader, value: Any) -> Site:
     )
 
 
-def _load_env(r: Reader, value: Any) -> Env:
-    m = r.mapping("env", value, ("set", "pass"))
-    values = m.get("set", {})
-    if not isinstance(values, dict):
-        raise r.fail("env.set", "must be a mapping of NAME: value", values)
-    pairs = []
-    for name, item in values.items():
-        if not isinstance(name, str) or not shell.is_name(name):
-            raise r.fail("env.set", "keys must be environment variable names", name)
-        pairs.append((name, r.string(f"env.set.{name}", item, empty=True)))
-    names = r.strings("env.pass", m.get("pass", []))
-    for i, name in enumerate(names):
-        if not shell.is_name(name.rstrip("*")) or name.count("*") > 1:
-            raise r.fail(f"env.pass[{i}]", "must be a variable name or a prefix ending "
-                         "in '*', e.g. NCCL_*", name)
-        if name in values:
-            raise r.fail(f"env.pass[{i}]", "is also set in env.set; keep one", name)
-    return Env(values=tuple(sorted(pairs)), passthrough=tuple(sorted(set(names))))
-
-
-def _load_binds(r: Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
-    if not isinstance(value, list):
-        raise r.fail("runtime.binds", "must be a list of {source, target, read_only}", value)
-    binds = []
-    for i, item in enumerate(value):
-        path = f"runtime.binds[{i}]"
-        if isinstance(item, str):
-            item = {"source": item}
-        m = r.mapping(path, item, ("source", "target", "read_only"), required=("source",))
-        ends = {}
-        for end in ("source", "target"):
-            text = r.string(f"{path}.{end}", m.get(end, m["source"]))
-            if not text.startswith("/"):
-                raise r.fail(f"{path}.{end}", f"{end} path must be absolute", text)
-            bad = ":," if kind == "apptainer" else ":, \t\n\r"
-            if any(c in text for c in bad):
-                raise r.fail(f"{path}.{end}", f"{kind} cannot express a path containing "
-                             f"{' or '.join(repr(c) for c in bad if c in text)}", text)
-            ends[end] = text
-        binds.append(Bind(ends["source"], ends["target"],
-                          r.boolean(f"{path}.read_only", m.get("read_only", False))))
-    return tuple(binds)
-
-
-def _load_runtime(r: Reader, value: Any) -> Runtime:
-    if isinstance(value, str):
-        value = {"kind": value}
-    if not isinstance(value, dict):
-        raise r.fail("runtime", "must be a mapping with a kind", value)
-    kind = r.choice("runtime.kind", value.get("kind"), RUNTIME_KINDS)
-    m = r.mapping("runtime", value, _RUNTIME[kind],
-                  required=("image",) if kind != "bare" else ())
-    nv = m.get("nv", "auto")
-    name = m.get("container_name")
-    data_path = r.opt_string("runtime.data_path", m.get("data_path"), newline=False)
-    if data_path is not None and not data_path.startswith("/"):
-        raise r.fail("runtime.data_path", "must be an absolute node-local path", data_path)
-    return Runtime(
-        kind=cast(RuntimeKind, kind),
-        image=r.opt_string("runtime.image", m.get("image"), newline=False),
-        binds=_load_binds(r, m.get("binds", []), kind),
-        bind_cwd=r.boolean("runtime.bind_cwd", m.get("bind_cwd", True)),
-        nv=None if nv == "auto" else r.boolean("runtime.nv", nv),
-        cache_dir=r.opt_string("runtime.cache_dir", m.get("cache_dir"), newline=False),
-        container_name=None if name is None else r.matching(
-            "runtime.container_name", name, _CONTAINER_NAME, "letters, digits, '_', '.' or '-'"),
-        data_path=data_path,
-    )
-
-
 def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
     m = r.mapping("launch", value, _LAUNCH)
     mode = r.choice("launch.mode", m.get("mode", "torchrun"), MODES)
-    default_procs = job.gpus_per_node or 1
+    for key, (modes, why) in _MODE_KEYS.items():
+        if key in m and mode not in modes:
+            raise r.fail(f"launch.{key}", f"means nothing in mode {mode!r}: {why}", m[key])
+    mpi = r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))
+    if "mpi_plugin" in m and mpi != "srun":
+        raise r.fail("launch.mpi_plugin", "is srun's --mpi=PLUGIN; with launch.mpi: mpirun "
+                     "Open MPI starts the ranks itself", m["mpi_plugin"])
     port = m.get("rdzv_port")
     return Launch(
         mode=cast(Mode, mode),
         procs_per_node=r.integer("launch.procs_per_node",
-                                 m.get("procs_per_node", default_procs), 1, 1024),
-        command=r.string("launch.command", m.get("command", "torchrun_jsc"), newline=False),
+                                 m.get("procs_per_node", job.gpus_per_node or 1), 1, 1024),
+        command=_command(r, m.get("command", "torchrun_jsc")),
         rdzv_port=None if port is None else r.integer("launch.rdzv_port", port, 1, 65535),
         max_restarts=r.integer("launch.max_restarts", m.get("max_restarts", 0), 0, 1000),
-        mpi=cast(MpiLauncher, r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))),
+        mpi=cast(MpiLauncher, mpi),
+        mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", "pmix"), _PLUGIN,
+                              "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"),
     )
+
+
+def _command(r: Reader, value: Any) -> Tuple[str, ...]:
+    # One word, or argv as a list: a string with spaces would reach the shell as one
+    # quoted word ('torchrun --foo': command not found), so it is refused.
+    if isinstance(value, list):
+        argv = r.strings("launch.command", value, newline=False)
+        if not argv:
+            raise r.fail("launch.command", "must name the launcher, e.g. torchrun_jsc", [])
+        return argv
+    text = r.string("launch.command", value, newline=False)
+    if any(c.isspace() for c in text):
+        raise r.fail("launch.command", "must be one word or a list of words (argv), e.g. "
+                     "[torchrun, --log-dir=logs]", text)
+    return (text,)

@@ -7,10 +7,13 @@ writes files and runs processes, and raises SubmitError instead of exiting.
 from __future__ import annotations
 
 import os
+import posixpath
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence
+
+from launcher.model import JobSpec, SpecError
 
 
 class SubmitError(Exception):
@@ -32,6 +35,28 @@ def write_script(text: str, path: str) -> None:
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise SubmitError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def check_log_dirs(spec: JobSpec, cwd: str = ".") -> List[str]:
+    """Refuse a job.output/job.error whose directory does not exist where sbatch runs (cwd,
+    or job.sbatch.chdir): Slurm would fail the job without writing any log. A directory
+    with %-patterns is only known at run time; it is returned as a note, unchecked."""
+    chdir = dict(spec.job.sbatch).get("chdir")
+    if chdir and "%" in chdir:
+        return ["job.sbatch.chdir holds %-patterns: log directories not checked"]
+    base = os.path.join(cwd, chdir) if chdir else cwd
+    notes = []
+    for key, value in (("output", spec.job.output), ("error", spec.job.error)):
+        folder = posixpath.dirname(value or "")
+        if not folder:
+            continue
+        if "%" in folder:
+            notes.append(f"job.{key} directory {folder!r} holds %-patterns: not checked")
+        elif not os.path.isdir(os.path.join(base, folder)):
+            raise SpecError(spec.source, f"job.{key}", f"directory {folder!r} does not exist "
+                            f"(relative to {os.path.abspath(base)}, where the job starts); "
+                            "create it first: Slurm would fail the job without any log", value)
+    return notes
 
 
 def sbatch(script: str, extra: Sequence[str] = (), timeout: float = 60.0) -> str:

@@ -182,3 +182,15 @@ def test_check_warns_when_workers_would_share_a_core(tmp_path, extra, warned):
                                "least 4\n")
     else:
         assert done.stderr == ""
+
+
+def test_check_warns_when_whole_nodes_are_switched_off(tmp_path):
+    spec = tmp_path / "w.yaml"
+    spec.write_text("job: {nodes: 2, sbatch: {exclusive: false}}\nlaunch: {procs_per_node: 4}\n"
+                    "program: [python3, t.py]\n")
+    done = run_cli("check", str(spec))
+    assert done.returncode == 0 and done.stderr == (
+        f"{spec}: job.sbatch.exclusive: warning: without whole nodes or job.cpus_per_task the "
+        "job gets 1 CPU per node, and all 4 worker processes of a node would run on that one "
+        "core; set job.cpus_per_task\n")
+    assert "#SBATCH --exclusive" not in run_cli("render", str(spec)).stdout

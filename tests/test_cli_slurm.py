@@ -41,7 +41,8 @@ def test_submit_hostile_values_real_slurm(cluster, shared_tmp: Path):
         "job": {"nodes": 2, "name": HOSTILE_NAME, "time": "5", "partition": "batch",
                 "gpus_per_node": 2},
         "site": "jsc",
-        "env": {"set": {"HOSTILE": HOSTILE + "\n$(id)"}},
+        # '$$' writes a literal '$' (a lone '$' is refused: env values are never expanded).
+        "env": {"set": {"HOSTILE": (HOSTILE + "\n$(id)").replace("$", "$$")}},
         "launch": {"mode": "srun"},
         "program": [sys.executable, "-c", RECORD, str(out), *args],
     }

@@ -41,7 +41,8 @@ class Cluster:
             self.env.pop(key, None)
 
     def run(self, script: Path, nodes: int = 2, **extra: str) -> subprocess.CompletedProcess:
-        env = dict(self.env, SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES=str(nodes),
+        env = dict(self.env, SLURM_JOB_ID="4242", SLURM_JOB_NAME=script.stem,
+                   SLURM_JOB_NUM_NODES=str(nodes),
                    SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]",
                    SLURM_JOB_CPUS_PER_NODE=f"48(x{nodes})")
         env.update(extra)
@@ -77,7 +78,9 @@ def hostile_spec(runtime: dict) -> str:
     return yaml.safe_dump({
         "job": {"nodes": 2, "name": HOSTILE_NAME, "gpus_per_node": 2},
         "site": "jsc",
-        "env": {"set": {"HOSTILE": HOSTILE_NL, "PLAIN": "x"}, "pass": ["NCCL_*"]},
+        # '$$' is a literal '$' in env.set (a lone '$' is refused: it is never expanded).
+        "env": {"set": {"HOSTILE": HOSTILE_NL.replace("$", "$$"), "PLAIN": "x"},
+                "pass": ["NCCL_*"]},
         "runtime": runtime,
         "program": ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"],
     }, allow_unicode=True)

@@ -35,7 +35,8 @@ def test_minimal_spec_has_documented_defaults():
     assert spec.site == SITE_PROFILES["generic"]
     assert spec.runtime.kind == "bare"
     assert spec.launch.mode == "torchrun" and spec.launch.procs_per_node == 1
-    assert spec.launch.command == "torchrun_jsc" and spec.launch.max_restarts == 0
+    assert spec.launch.command == ("torchrun_jsc",) and spec.launch.max_restarts == 0
+    assert spec.launch.mpi_plugin == "pmix"
     assert spec.program == ("python3", "train.py")
 
 
@@ -52,7 +53,7 @@ def test_full_spec_round_trip():
           binds: [{source: /p/data, target: /data, read_only: true}, /scratch]
           nv: false
           cache_dir: /tmp/cache
-        launch: {mode: srun, rdzv_port: 29400, max_restarts: 3}
+        launch: {mode: srun, rdzv_port: 29400}
         program: [python3, -m, pkg, --steps, 5]
         """)
     assert spec.job.sbatch == (("exclusive", None), ("mem", "0"))
@@ -96,7 +97,7 @@ def test_full_spec_round_trip():
      "x.yaml: runtime.binds[1].target: target path must be absolute, got 'rel'"),
     ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: apptainer, image: i, binds: [/a:b]}",
      "x.yaml: runtime.binds[0].source: apptainer cannot express a path containing ':', got '/a:b'"),
-    ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: enroot, image: i, binds: ['/a b']}",
+    ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: enroot, image: i.sqsh, binds: ['/a b']}",
      "x.yaml: runtime.binds[0].source: enroot cannot express a path containing ' ', got '/a b'"),
     ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: apptainer, image: i, binds: /a}",
      "x.yaml: runtime.binds: must be a list of {source, target, read_only}, got '/a'"),
@@ -116,7 +117,8 @@ def test_full_spec_round_trip():
      "x.yaml: job.sbatch.chdir: sbatch/srun do not expand variables here; write the value "
      "(Slurm's own %-patterns like %j and %x do work), got '$HOME'"),
     ("job: {nodes: 1}\nprogram: [x]\nenv: {set: {A: x}, pass: [A]}",
-     "x.yaml: env.pass[0]: is also set in env.set; keep one, got 'A'"),
+     "x.yaml: env.pass[0]: is also set in env.set, env.prepend or env.append; keep one, "
+     "got 'A'"),
     ("job: {nodes: 1, sbatch: {nodes: 3}}\nprogram: [x]",
      "x.yaml: job.sbatch.nodes: is written by the composer; set job.nodes instead"),
     ("job: {nodes: 1, node_output: 'logs/%j/n%n.out'}\nprogram: [x]",
@@ -172,10 +174,11 @@ def test_empty_file_reports_missing_job(tmp_path):
 def test_hostile_values_are_accepted_where_representable():
     spec = parse("""\
         job: {nodes: 1, name: "a b'c\\"d;$(x)`y`ü"}
-        env: {set: {HOSTILE: "line1\\nline2 $(rm -rf /) `id` 'q' \\"dq\\" ü"}}
+        env: {set: {HOSTILE: "line1\\nline2 $$(rm -rf /) `id` 'q' \\"dq\\" ü $$$$HOME"}}
         runtime: {kind: apptainer, image: "my image.sif", binds: ["/data dir/ü'$(x)"]}
         program: [python3, "a b", "$(id)", "`id`", "x;y", "new\\nline"]
         """)
     assert spec.job.name == "a b'c\"d;$(x)`y`ü"
     assert spec.runtime.binds[0].source == "/data dir/ü'$(x)"
     assert spec.program[-1] == "new\nline"
+    assert spec.env.values == (("HOSTILE", "line1\nline2 $(rm -rf /) `id` 'q' \"dq\" ü $$HOME"),)

@@ -68,7 +68,7 @@ RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", 
                 "NCCL_SECRET_TOKEN", "APPTAINER_CACHEDIR", "ENROOT_DATA_PATH", "VIRTUAL_ENV",
                 "SRUN_CPUS_PER_TASK", "OMPI_COMM_WORLD_RANK", "GLOO_SOCKET_IFNAME",
                 "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "PMIX_MCA_gds",
-                "NCCL_SOCKET_IFNAME")
+                "NCCL_SOCKET_IFNAME", "PATH", "LD_LIBRARY_PATH", "HOSTILE_LIST")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:

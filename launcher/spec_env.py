@@ -1,0 +1,79 @@
+"""The ``env`` section of a spec: exported values, path edits and pass-through names.
+
+Where it sits: **spec** (called by launcher.spec) -> runtimes/plans -> jobscript text. Values
+are exported literally, so a ``$`` in them is refused: it almost always means a variable
+the user expected the shell to expand (``PATH: /opt/bin:$PATH`` would make every later
+command "not found"). ``$$`` stands for a literal ``$``; ``env.prepend``/``env.append``
+are the explicit form for extending PATH-like variables at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+from launcher import shell
+from launcher.model import Env
+from launcher.yamlread import Reader
+
+_ENV = ("set", "prepend", "append", "pass")
+PathEdits = Tuple[Tuple[str, Tuple[str, ...]], ...]
+
+
+def load_env(r: Reader, value: Any) -> Env:
+    """Validate the ``env`` mapping into an Env."""
+    m = r.mapping("env", value, _ENV)
+    values = _names(r, "env.set", m.get("set", {}), "NAME: value")
+    pairs = [(name, _literal(r, f"env.set.{name}", item, "to extend a variable at run time "
+                             f"use env.prepend: {{{name}: [DIR]}} (or env.append)"))
+             for name, item in values.items()]
+    prepend = _path_edits(r, "env.prepend", m.get("prepend", {}))
+    append = _path_edits(r, "env.append", m.get("append", {}))
+    names = r.strings("env.pass", m.get("pass", []))
+    exported = set(values) | {n for n, _ in prepend + append}
+    for i, name in enumerate(names):
+        if not shell.is_name(name.rstrip("*")) or name.count("*") > 1:
+            raise r.fail(f"env.pass[{i}]", "must be a variable name or a prefix ending "
+                         "in '*', e.g. NCCL_*", name)
+        if name in exported:
+            raise r.fail(f"env.pass[{i}]", "is also set in env.set, env.prepend or "
+                         "env.append; keep one", name)
+    return Env(values=tuple(sorted(pairs)), passthrough=tuple(sorted(set(names))),
+               prepend=prepend, append=append)
+
+
+def _names(r: Reader, path: str, value: Any, form: str) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise r.fail(path, f"must be a mapping of {form}", value)
+    for name in value:
+        if not isinstance(name, str) or not shell.is_name(name):
+            raise r.fail(path, "keys must be environment variable names", name)
+    return value
+
+
+def _literal(r: Reader, path: str, value: Any, hint: str) -> str:
+    """A value exported as written: '$$' is a literal '$', a lone '$' is refused."""
+    text = r.string(path, value, empty=True)
+    if "$" in text.replace("$$", ""):
+        raise r.fail(path, f"values are exported literally and '$' is never expanded; {hint}, "
+                     "for a literal '$' write '$$'", text)
+    return text.replace("$$", "$")
+
+
+def _path_edits(r: Reader, path: str, value: Any) -> PathEdits:
+    out = []
+    for name, items in _names(r, path, value, "NAME: [entries]").items():
+        where = f"{path}.{name}"
+        if isinstance(items, (str, int)) and not isinstance(items, bool):
+            items = [items]  # one entry may be written without the list
+        entries = tuple(_entry(r, f"{where}[{i}]", item)
+                        for i, item in enumerate(r.strings(where, items, newline=False)))
+        if not entries:
+            raise r.fail(where, "must list at least one entry", [])
+        out.append((name, entries))
+    return tuple(sorted(out))
+
+
+def _entry(r: Reader, path: str, value: str) -> str:
+    if ":" in value:
+        raise r.fail(path, "entries are joined with ':'; list them separately", value)
+    return _literal(r, path, value, "write the directory itself")
