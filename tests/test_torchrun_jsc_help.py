@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from torch.distributed import run as torch_run
-
 from launcher.torchrun_jsc import usage
 
 pytestmark = pytest.mark.ring3
@@ -20,6 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
     ["--standalone", "--nproc_per_node=2", "--no-python", "hostname", "--help"],
 ])
 def test_same_namespace_as_torchs_parser(argv):
+    # Imported here, not at the top: `-m "not ring3"` in a venv without torch still collects.
+    from torch.distributed import run as torch_run
+
     assert vars(usage.parser(torch_run).parse_args(argv)) == vars(torch_run.parse_args(argv))
 
 
