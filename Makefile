@@ -10,8 +10,12 @@ export VENV
 setup:
 	bash scripts/setup.sh
 
+# Targets that need the project venv say so in one line on a fresh clone.
+need_venv = @test -x $(PY) || { echo "make $@: no venv at $(VENV): run 'sudo make setup' first (or VENV=/path/to/venv with pytest and pyyaml)" >&2; exit 1; }
+
 # Ring 1 and 2 only: no root, no cluster (needs a venv with pyyaml, pytest; torch optional).
 test-fast:
+	$(need_venv)
 	$(PY) -m pytest -q -m "not ring3" tests
 
 test: setup
@@ -38,7 +42,8 @@ LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/
 .PHONY: base-image FORCE
 FORCE:
 
-build/base-local.sif: containers/base-local.def $(TORCH_WHEEL)
+# wildcard: a missing wheel is reported by build-image.sh in one line, not as "No rule to make".
+build/base-local.sif: containers/base-local.def $(wildcard $(TORCH_WHEEL))
 	$(BUILD_IMAGE) base local
 build/base-docker.sif: containers/base-docker.def build/docker-from.vars
 	$(BUILD_IMAGE) base docker
@@ -74,9 +79,12 @@ enroot-image: image.sqsh
 
 # --- Jobscripts (launcher composer, README.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).
+# The composer needs only Python with PyYAML: the venv when there is one, else python3.
+COMPOSER_PY = $(if $(wildcard $(PY)),$(PY),python3)
 jobs:
+	@$(COMPOSER_PY) -c 'import yaml' 2>/dev/null || { echo "make jobs: needs Python 3 with PyYAML ($(COMPOSER_PY) -c 'import yaml' failed): pip install pyyaml (or pip install ., or sudo make setup)" >&2; exit 1; }
 	@set -e; for spec in jobs/*.yaml; do \
-	    $(PY) -m launcher render "$$spec" -o "$${spec%.yaml}.job"; echo "rendered $${spec%.yaml}.job"; \
+	    $(COMPOSER_PY) -m launcher render "$$spec" -o "$${spec%.yaml}.job"; echo "rendered $${spec%.yaml}.job"; \
 	done
 
 # --- Local cluster (scripts/cluster.sh, docs/cluster.md) ---------------------------------

@@ -1,4 +1,5 @@
-"""Command line edge of the composer: ``python -m launcher render|check|preview|submit``.
+"""Command line edge of the composer: ``jsc-compose`` (= ``python -m launcher``)
+``render|check|preview|submit``.
 
 Where it sits: the only place that turns typed exceptions into one stderr line and an
 exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
@@ -22,10 +23,24 @@ from launcher.spec import load_spec
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script
 
 
-def _parser() -> argparse.ArgumentParser:
+# The console script (pyproject.toml); ``python -m launcher`` passes its own name.
+PROG = "jsc-compose"
+
+EXAMPLES = """\
+examples:
+  {prog} render jobs/ddp_container.yaml            # print the jobscript (dry run)
+  {prog} render jobs/ddp_container.yaml -o x.job   # write it
+  {prog} check jobs/ddp_container.yaml             # validate only
+  {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
+  {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable"""
+
+
+def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m launcher",
-        description="Compose Slurm jobscripts from a YAML spec (see README.md: Jobscript spec reference).")
+        prog=prog, epilog=EXAMPLES.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compose Slurm jobscripts from a YAML spec (README.md: Jobscript spec "
+                    "reference).\nNeeds PyYAML only, not torch.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     # Also accepted after the subcommand; SUPPRESS keeps it from resetting the global one.
     debug = argparse.ArgumentParser(add_help=False)
@@ -48,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
                             help="render to SPEC's .job file and run sbatch --parsable")
     submit.add_argument("spec")
     submit.add_argument("-o", "--output", help="script path (default: the spec with .job)")
-    submit.usage = "python -m launcher submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
+    submit.usage = f"{prog} submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
     return parser
 
 
@@ -117,12 +132,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     # Everything after the first "--" is for sbatch (submit only); options before it, in any
     # order, are ours. (argparse.REMAINDER would swallow a later "-o FILE" too.)
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
-    parser = _parser()
+    parser = _parser(prog)
     args = parser.parse_args(argv[:cut])
     args.sbatch_args = argv[cut + 1:]
     if args.sbatch_args and args.command != "submit":

@@ -12,7 +12,9 @@
 # previous image untouched and no half-written file. Failures end with one line saying
 # what to do. Durations go to build/image-times.json (read by `make bench`).
 # Environment: FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor, zstd),
-# TORCH_WHEEL (local base), DOCKER_FROM (docker base), MIRROR (Debian mirror), PY (host python).
+# TORCH_WHEEL (local base), DOCKER_FROM (docker base), MIRROR (Debian mirror), PY (a host
+# python with pip, for `pip download`; default: the project venv, else python3, else a small
+# venv made here in build/tools-venv).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -21,7 +23,7 @@ TORCH_WHEEL=${TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_
 DOCKER_FROM=${DOCKER_FROM:-pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 COMPRESS=${COMPRESS:-zstd}
-PY=${PY:-${VENV:-$repo/.venv}/bin/python}
+PY=${PY:-}
 HOROVOD_VERSION=0.28.1
 
 die() { echo "build-image: $*" >&2; exit 1; }
@@ -181,6 +183,39 @@ base_desc() {
     esac
 }
 
+# pip_python: the host Python that runs `pip download` (only pip is needed, not the project's
+# venv, which `make setup` makes as root; a login node has none). Sets PY.
+pip_python() {
+    local venv=${VENV:-$repo/.venv} tools=$build/tools-venv
+    if [ -n "$PY" ]; then
+        "$PY" -m pip --version >/dev/null 2>&1 || die "PY=$PY cannot run pip ($PY -m pip --version failed): point PY at a Python with pip, or unset it"
+        return 0
+    fi
+    for PY in "$venv/bin/python" "$tools/bin/python" python3; do
+        "$PY" -m pip --version >/dev/null 2>&1 && return 0
+    done
+    command -v python3 >/dev/null || die "python3 not found: pip download needs a Python 3 with pip (or set PY=/path/to/python)"
+    echo "build-image: no Python with pip here; making one in ${tools#"$repo"/} (python3 -m venv)"
+    rm -rf "$tools"
+    if ! python3 -m venv "$tools" >/dev/null 2>&1 || ! "$tools/bin/python" -m pip --version >/dev/null 2>&1; then
+        die "python3 has no pip and cannot make a venv (python3 -m venv failed): install python3-venv or python3-pip (Debian), or set PY=/path/to/python-with-pip"
+    fi
+    PY=$tools/bin/python
+}
+
+# pip_download LOGNAME WHAT PIP-ARGS...: `pip download`; on failure pip's own error lines and
+# what failed, instead of a guess at the cause.
+pip_download() {
+    local log=$build/logs/$1.log what=$2
+    shift 2
+    pip_python
+    mkdir -p "$build/logs"
+    if ! "$PY" -m pip download "$@" >"$log" 2>&1; then
+        grep -E '^(ERROR|error):' "$log" | tail -n 3 >&2 || true
+        die "pip download of $what failed, see above (full log: ${log#"$repo"/}; pip: $PY)"
+    fi
+}
+
 # Host-side wheelhouse: pip inside the container cannot verify HTTPS on every site.
 fill_torch_wheelhouse() {
     local dir=$build/wheelhouse/torch stamp
@@ -190,9 +225,8 @@ fill_torch_wheelhouse() {
     [ -f "$stamp" ] && return 0
     rm -rf "$dir"
     mkdir -p "$dir"
-    "$PY" -m pip download -q -d "$dir" --only-binary :all: \
-        --find-links "$(dirname "$TORCH_WHEEL")" "$TORCH_WHEEL" numpy ||
-        die "could not fill the wheelhouse with torch's dependencies (pip download failed): check PyPI access from this host"
+    pip_download wheelhouse-torch "torch's dependencies into ${dir#"$repo"/}" -q -d "$dir" \
+        --only-binary :all: --find-links "$(dirname "$TORCH_WHEEL")" "$TORCH_WHEEL" numpy
     touch "$stamp"
 }
 
@@ -204,10 +238,10 @@ fill_horovod_wheelhouse() {
     stamp=$dir/.complete-$HOROVOD_VERSION-$(echo "${HOROVOD_DEPS[*]}" | md5sum | cut -c1-8)
     [ -f "$stamp" ] && return 0
     mkdir -p "$dir"
-    if ! "$PY" -m pip download -q -d "$dir" --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" ||
-       ! "$PY" -m pip download -q -d "$dir" --only-binary :all: "${HOROVOD_DEPS[@]}"; then
-        die "could not download horovod $HOROVOD_VERSION's sdist and deps (pip download failed): check PyPI access from this host"
-    fi
+    pip_download wheelhouse-horovod "horovod $HOROVOD_VERSION's sdist" -q -d "$dir" \
+        --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION"
+    pip_download wheelhouse-horovod-deps "horovod's dependencies" -q -d "$dir" \
+        --only-binary :all: "${HOROVOD_DEPS[@]}"
     touch "$stamp"
 }
 

@@ -2,30 +2,134 @@
 # Install what the local cluster, the image builds and the tests need. Idempotent; root only.
 # Debian bookworm host. Apptainer comes from Debian sid and needs trixie's glibc
 # (see ../shared/machine.md); trixie and sid are pinned low so nothing else moves.
+#
+#   bash scripts/setup.sh [--plan] [--yes]
+#     --plan  print what would change on this host, change nothing (no root needed)
+#     --yes   do not ask (also SETUP_YES=1). Only a terminal on stdin outside CI is asked;
+#             CI (CI=true) and scripts without a terminal go ahead.
+# Before acting it says what it will change and why; apt and pip output goes to the log
+# (SETUP_LOG, default build/logs/setup.log) and a short line per step to the terminal.
+# SETUP_ROOT prefixes the apt and apptainer paths it writes or checks (tests only).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$here/.venv}
-
-if [ "$(id -u)" != 0 ]; then
-    echo "setup.sh: must run as root (apt-get, /etc/apptainer); rerun with sudo" >&2
-    exit 1
-fi
+root=${SETUP_ROOT:-}
+log=${SETUP_LOG:-$here/build/logs/setup.log}
+apt_src=$root/etc/apt/sources.list.d/torchrun-jsc-trixie-sid.sources
+apt_pref=$root/etc/apt/preferences.d/torchrun-jsc-trixie-sid
+apt_stamp=$root/var/lib/apt/torchrun-jsc-updated
+apptainer_conf=$root/etc/apptainer/apptainer.conf
 
 apt_packages=(slurm-wlm munge squashfs-tools debootstrap openmpi-bin libopenmpi-dev
               libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin)
+glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl)
+venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy)
+
+die() { echo "setup: $*" >&2; exit 1; }
+
+plan_only=0
+yes=${SETUP_YES:-0}
+for arg in "$@"; do
+    case $arg in
+        --plan) plan_only=1 ;;
+        --yes|-y) yes=1 ;;
+        *) die "unknown option '$arg': usage: setup.sh [--plan] [--yes]" ;;
+    esac
+done
+
+# --- What is missing (read-only) ----------------------------------------------------------
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+need_apptainer=0
+command -v apptainer >/dev/null || need_apptainer=1
+need_config=0
+grep -q '^root default capabilities = file' "$apptainer_conf" 2>/dev/null || need_config=1
+need_venv=0
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest' 2>/dev/null; then
+    need_venv=1
+fi
+
+print_plan() {
+    echo "setup: this will change the host:"
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "  - apt (bookworm): ${missing[*]}"
+        echo "      the local Slurm cluster, Open MPI, image builds (debootstrap, squashfs) and tests (shellcheck)"
+    fi
+    if [[ " ${missing[*]} " == *" slurm-wlm "* ]]; then
+        echo "  - /etc/slurm: created by slurm-wlm; 'make cluster-up' later writes slurm.conf, gres.conf, mpi.conf there"
+    fi
+    if [ "$need_apptainer" = 1 ]; then
+        echo "  - apt sources: ${apt_src#"$root"} and ${apt_pref#"$root"} (Debian trixie + sid, pinned to priority 100/50)"
+        echo "      Apptainer is packaged only in sid; the low pins keep every other package on bookworm"
+        echo "  - glibc from Debian trixie: ${glibc_trixie[*]}"
+        echo "      sid's apptainer needs a newer glibc than bookworm's 2.36"
+        echo "  - apt (sid): apptainer"
+    fi
+    if [ "$need_config" = 1 ]; then
+        echo "  - ${apptainer_conf#"$root"}: 'root default capabilities = file' plus root's capabilities"
+        echo "      so that root apptainer works where the bounding set lacks some (scripts/apptainer-config.sh)"
+    fi
+    if [ "$need_venv" = 1 ]; then
+        echo "  - $venv: a venv with ${venv_packages[*]} (torch 2.13 CPU; a download of several hundred MB)"
+        echo "      the tests, make bench and make demo run in it"
+    fi
+    echo "  apt and pip output: $log"
+}
+
+nothing_to_do() {
+    [ "${#missing[@]}" = 0 ] && [ "$need_apptainer" = 0 ] && [ "$need_config" = 0 ] &&
+        [ "$need_venv" = 0 ]
+}
+
+if [ "$plan_only" = 1 ]; then
+    if nothing_to_do; then echo "setup: nothing to install"; else print_plan; fi
+    exit 0
+fi
+
+if [ "$(id -u)" != 0 ]; then
+    die "must run as root (apt-get, /etc/apptainer); rerun with sudo (bash scripts/setup.sh --plan shows what it would change)"
+fi
+
+is_ci() { [ -n "${CI:-}" ] && [ "${CI:-}" != false ] && [ "${CI:-}" != 0 ]; }
+
+confirm() {
+    [ "$yes" = 1 ] && return 0
+    { [ -t 0 ] && ! is_ci; } || return 0  # CI, pipes, cron: nobody to ask
+    local answer
+    read -r -p "setup: go ahead? [y/N] " answer || answer=
+    case $answer in
+        y|Y|yes|YES) ;;
+        *) die "nothing changed (answer was not yes); --yes or SETUP_YES=1 skips this question" ;;
+    esac
+}
+
+mkdir -p "$(dirname "$log")"
+
+# step TITLE CMD...: one line on the terminal, the output in the log, its tail on failure.
+step() {
+    local title=$1
+    shift
+    echo "setup: $title"
+    echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) $title: $*" >>"$log"
+    if ! "$@" >>"$log" 2>&1; then
+        tail -n 5 "$log" >&2
+        die "$title failed (full log: $log)"
+    fi
+}
 
 add_trixie_sid() {
-    local src=/etc/apt/sources.list.d/torchrun-jsc-trixie-sid.sources
-    local pref=/etc/apt/preferences.d/torchrun-jsc-trixie-sid
-    [ -f "$src" ] && [ -f "$pref" ] && return 0
-    cat >"$src" <<'SRC'
+    [ -f "$apt_src" ] && [ -f "$apt_pref" ] && return 0
+    mkdir -p "$(dirname "$apt_src")" "$(dirname "$apt_pref")"
+    cat >"$apt_src" <<'SRC'
 Types: deb
 URIs: http://deb.debian.org/debian
 Suites: trixie sid
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-    cat >"$pref" <<'PREF'
+    cat >"$apt_pref" <<'PREF'
 Package: *
 Pin: release n=trixie
 Pin-Priority: 100
@@ -34,39 +138,53 @@ Package: *
 Pin: release n=sid
 Pin-Priority: 50
 PREF
-    rm -f /var/lib/apt/torchrun-jsc-updated
+    rm -f "$apt_stamp"
 }
 
 apt_update_once() {
-    [ -f /var/lib/apt/torchrun-jsc-updated ] && return 0
+    [ -f "$apt_stamp" ] && return 0
     apt-get update -qq
-    touch /var/lib/apt/torchrun-jsc-updated
+    mkdir -p "$(dirname "$apt_stamp")"
+    touch "$apt_stamp"
 }
 
-missing=()
-for p in "${apt_packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ! command -v apptainer >/dev/null; then missing+=(apptainer); fi
+apt_install() {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+        --no-install-recommends "$@"
+}
 
-if [ "${#missing[@]}" -gt 0 ]; then
-    add_trixie_sid
-    apt_update_once
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${apt_packages[@]}"
-    if ! command -v apptainer >/dev/null; then
-        apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends -t trixie \
-            libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl
-        apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends apptainer/sid
-    fi
-fi
-
-"$here/scripts/apptainer-config.sh"
-
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest' 2>/dev/null; then
+make_venv() {
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q 'torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy
+    "$venv/bin/pip" install -q "${venv_packages[@]}"
+}
+
+installed=1
+if nothing_to_do; then
+    installed=0
+else
+    print_plan
+    confirm
+    if [ "$need_apptainer" = 1 ]; then step "apt sources for trixie and sid (pinned low)" add_trixie_sid; fi
+    if [ "${#missing[@]}" -gt 0 ] || [ "$need_apptainer" = 1 ]; then
+        step "apt-get update" apt_update_once
+    fi
+    if [ "${#missing[@]}" -gt 0 ]; then
+        step "apt-get install (${#missing[@]} packages)" apt_install "${missing[@]}"
+    fi
+    if [ "$need_apptainer" = 1 ]; then
+        step "glibc from trixie (for sid's apptainer)" apt_install -t trixie "${glibc_trixie[@]}"
+        step "apptainer from sid" apt_install apptainer/sid
+    fi
+    if [ "$need_venv" = 1 ]; then step "venv $venv with torch 2.13 (several minutes)" make_venv; fi
 fi
-"$venv/bin/pip" install -q --no-deps -e "$here"
-echo "setup: ok (venv $venv, $(apptainer --version), $(sinfo --version))"
+# Both are quick and idempotent; they also run when nothing had to be installed.
+step_quiet() { "$@" >>"$log" 2>&1 || { tail -n 5 "$log" >&2; die "$* failed (full log: $log)"; }; }
+step_quiet "$here/scripts/apptainer-config.sh"
+step_quiet "$venv/bin/pip" install -q --no-deps -e "$here"
+versions="venv $venv, $(apptainer --version), $(sinfo --version)"
+if [ "$installed" = 1 ]; then
+    echo "setup: ok ($versions)"
+else
+    echo "setup: nothing to install ($versions)"
+fi

@@ -6,8 +6,6 @@ rdzv_conf (is_host appended) and local_addr (when unset) may differ.
 
 import pytest
 
-from torch.distributed import run as torch_run
-
 from launcher.torchrun_jsc import request_from_args
 from launcher.torchrun_jsc.decide import NetFacts, apply, decide
 
@@ -25,6 +23,9 @@ ARGVS = [
 
 
 def patched(argv, env=None):
+    # torch imported here, not at the top: `-m "not ring3"` without torch still collects.
+    from torch.distributed import run as torch_run
+
     args = torch_run.parse_args(argv)
     d = decide(request_from_args(args, env or {}, (2, 13)), PEER)
     return args, apply(args, d)

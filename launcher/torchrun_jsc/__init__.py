@@ -23,6 +23,7 @@ from typing import List, Mapping, Optional, Tuple
 from .addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, parse_endpoint, passthrough_reason)
+from . import usage
 
 __all__ = ["main"]
 
@@ -66,9 +67,13 @@ def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> Non
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
         import torch
     except ImportError as e:
+        if usage.wants_help(argv):  # --help works on a login node without torch
+            print(usage.help_without_torch(str(e)), end="")
+            return 0
         print(f"torchrun_jsc: cannot import torch ({e}); install torch >= 1.9", file=sys.stderr)
         return 2
     version = torch_version(torch.__version__)
@@ -77,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               "torch >= 1.9 (the first with torchrun)", file=sys.stderr)
         return 2
     from torch.distributed import run as torch_run
-    args = torch_run.parse_args(sys.argv[1:] if argv is None else argv)
+    args = usage.parser(torch_run).parse_args(argv)
     try:
         d = _decide(args, version)
     except LaunchError as e:

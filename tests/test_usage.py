@@ -1,0 +1,81 @@
+"""Ring 1: both commands' --help (names, variables, examples) and the composer without torch.
+
+torchrun_jsc's help must work where torch is missing (a login node): there it is simulated
+by ``sys.modules["torch"] = None``, which makes ``import torch`` raise ImportError.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.torchrun_jsc import usage
+
+pytestmark = pytest.mark.ring1
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_TORCH = "import sys; sys.modules['torch'] = None; "
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_help_lists_every_variable_the_launcher_reads():
+    sources = [p for p in (ROOT / "launcher/torchrun_jsc").glob("*.py") if p.name != "usage.py"]
+    read = {m for p in sources for m in re.findall(r"TORCHRUN_JSC_[A-Z_]+", p.read_text())}
+    listed = {re.match(r"\w+", name).group(0) for name, _ in usage.ENV_VARS}
+    assert read, "no TORCHRUN_JSC_* name found in the launcher's sources"
+    assert read <= listed, f"not in usage.ENV_VARS: {sorted(read - listed)}"
+    # Being added to the decision in parallel: listed already.
+    assert {"TORCHRUN_JSC_RESOLVE_TIMEOUT", "TORCHRUN_JSC_ADDRESS_FAMILY"} <= listed
+
+
+def test_torchrun_jsc_help_without_torch():
+    p = python(NO_TORCH + "from launcher.torchrun_jsc import main; sys.exit(main(['--help']))")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: torchrun_jsc ")
+    assert "torch is not importable here" in p.stdout and "needs torch >= 1.9" in p.stdout
+    for name, _ in usage.ENV_VARS:
+        assert name in p.stdout
+    assert "examples:" in p.stdout and "torchrun_jsc --nnodes=" in p.stdout
+    assert p.stderr == ""
+
+
+def test_torchrun_jsc_without_torch_refuses_to_launch_in_one_line():
+    p = python(NO_TORCH + "from launcher.torchrun_jsc import main; "
+               "sys.exit(main(['--nnodes=2', 'train.py']))")
+    assert p.returncode == 2
+    assert p.stdout == "" and len(p.stderr.splitlines()) == 1
+    assert p.stderr.startswith("torchrun_jsc: cannot import torch")
+
+
+@pytest.mark.parametrize("argv,prog", [
+    (["-m", "launcher", "--help"], "python -m launcher"),
+    (["-c", "import sys; from launcher.cli import main; sys.exit(main(['--help']))"],
+     "jsc-compose"),
+])
+def test_composer_help_names_itself_and_shows_examples(argv, prog):
+    p = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"usage: {prog} ")
+    assert f"\nexamples:\n  {prog} render jobs/ddp_container.yaml" in p.stdout
+
+
+def test_composer_never_imports_torch():
+    """check, render and preview of every checked-in spec, with torch importable."""
+    specs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "jobs").glob("*.yaml"))
+    code = ("import io, sys, contextlib; from launcher.cli import main\n"
+            f"for s in {specs!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        assert main(['check', s]) == 0, s\n"
+            "        assert main(['render', s]) == 0, s\n"
+            "        assert main(['preview', s, '--nodelist', 'jwb[0001-0002]']) == 0, s\n"
+            "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+            "assert not bad, bad\n")
+    p = python(code)
+    assert p.returncode == 0, p.stderr[-2000:]
