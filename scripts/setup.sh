@@ -46,6 +46,8 @@ need_apptainer=0
 command -v apptainer >/dev/null || need_apptainer=1
 need_config=0
 grep -q '^root default capabilities = file' "$apptainer_conf" 2>/dev/null || need_config=1
+need_fuse=0
+if [ -c "$root/dev/fuse" ] && [ "$(stat -c %a "$root/dev/fuse")" != 666 ]; then need_fuse=1; fi
 need_venv=0
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest' 2>/dev/null; then
     need_venv=1
@@ -71,6 +73,10 @@ print_plan() {
         echo "  - ${apptainer_conf#"$root"}: 'root default capabilities = file' plus root's capabilities"
         echo "      so that root apptainer works where the bounding set lacks some (scripts/apptainer-config.sh)"
     fi
+    if [ "$need_fuse" = 1 ]; then
+        echo "  - /dev/fuse: mode 0666, what Debian's fuse3 udev rule sets (this host has no udev)"
+        echo "      ordinary users' apptainer mounts images with squashfuse through it"
+    fi
     if [ "$need_venv" = 1 ]; then
         echo "  - $venv: a venv with ${venv_packages[*]} (torch 2.13 CPU; a download of several hundred MB)"
         echo "      the tests, make bench and make demo run in it"
@@ -80,7 +86,7 @@ print_plan() {
 
 nothing_to_do() {
     [ "${#missing[@]}" = 0 ] && [ "$need_apptainer" = 0 ] && [ "$need_config" = 0 ] &&
-        [ "$need_venv" = 0 ]
+        [ "$need_fuse" = 0 ] && [ "$need_venv" = 0 ]
 }
 
 if [ "$plan_only" = 1 ]; then

@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.ring2
 
 ROOT = Path(__file__).resolve().parent.parent
-COREUTILS = ["bash", "dirname", "grep", "cat", "rm", "touch", "date", "tail", "mkdir", "cp"]
+COREUTILS = ["bash", "dirname", "grep", "cat", "rm", "touch", "date", "tail", "mkdir", "cp", "stat"]
 APT = ["slurm-wlm", "munge", "shellcheck"]  # a few of setup.sh's list, enough to tell
 
 
