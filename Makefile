@@ -98,7 +98,7 @@ cluster-down:
 demo: setup cluster-up image
 	$(PY) scripts/cluster/slurmjob.py jobs/ddp_container.job --timeout 600
 
-# --- Bench (bench/, README "Measured figures") --------------------------------------------
+# --- Bench (bench/, docs/benchmarks.md) ------------------------------------------------------
 # Launch latency, failure teardown, container overhead, image build times, rendezvous
 # scaling; ratios against baselines measured in the same run. Report: bench-results/results.md
 bench: setup image cluster-up
