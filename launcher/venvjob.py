@@ -8,7 +8,7 @@ and records those modules in ``VENV/.jsc-modules``; a run job whose modules diff
 Atomic swap: a venv hard-codes its own absolute path (bin/activate, every console script's
 ``#!`` line), so building in a temporary directory and renaming it into place breaks it, and
 ``python -m venv --upgrade`` rewrites only the activate scripts, not pip's console scripts.
-So each build goes to its own directory, ``VENV.builds/JOBID``, which never moves; ``VENV``
+So each build goes to its own directory, ``VENV.builds/JOBID.XXXXXX``, which never moves; ``VENV``
 is a symlink to the finished build, replaced by renaming a new symlink over it (rename(2) is
 atomic). A killed or failed build never becomes ``VENV``; jobs that already started keep
 the build they resolved; older builds are listed, not deleted.
@@ -88,8 +88,9 @@ def _prepare(venv: str, requirements: str, modules: Sequence[str]) -> List[State
             'if [ ! -f "$requirements" ]; then echo "venv build: no requirements file '
             '$requirements" >&2; exit 1; fi\n'
             'mkdir -p -- "$parent/$builds"\n'
-            '# Absolute: the venv\'s scripts name this path, which never moves.\n'
-            'build="$(cd -- "$parent/$builds" && pwd)/$SLURM_JOB_ID"\n'
+            '# Absolute, as the venv\'s scripts name it; never moved, unique even when requeued.\n'
+            'build="$(mktemp -d -- "$parent/$builds/$SLURM_JOB_ID.XXXXXX")"\n'
+            'build="$(cd -- "$build" && pwd)"\n'
             'trap \'rm -rf -- "$build"\' EXIT  # a failed or killed build never becomes $venv'),
     ]
 
@@ -119,8 +120,9 @@ _SWAP = '''\
 printf '%s\\n' "$modules" >"$build/.jsc-modules"
 old="$(readlink -- "$venv" || true)"
 # Rename a new symlink over the old one: jobs see the old build or the new one, never half.
-ln -sfn -- "$builds/$SLURM_JOB_ID" "$parent/.$builds.$SLURM_JOB_ID.link"
-mv -T -- "$parent/.$builds.$SLURM_JOB_ID.link" "$venv"
+link="$parent/.$builds.${build##*/}"
+ln -sfn -- "$builds/${build##*/}" "$link"
+mv -T -- "$link" "$venv"
 trap - EXIT
 echo "venv build: $venv -> $build (modules: ${modules//$'\\n'/ })"
 if [ -n "$old" ]; then echo "venv build: previous build $old kept (remove it when no job uses it)"; fi'''
