@@ -38,7 +38,8 @@ def job_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     (tmp / "modules").mkdir()
-    env.update(PATH=f"{MODULECMD}:/usr/bin:/bin:/usr/sbin:/sbin", FAKE_MODULES_DIR=str(tmp / "modules"))
+    env.update(PATH=f"{MODULECMD}:/usr/bin:/bin:/usr/sbin:/sbin",
+               FAKE_MODULES_DIR=str(tmp / "modules"))
     return env
 
 
