@@ -1,5 +1,5 @@
 """Command line edge of the composer: ``jsc-compose`` (= ``python -m launcher``)
-``render|check|preview|submit``.
+``render|check|preview|submit|venv``.
 
 Where it sits: the only place that turns typed exceptions into one stderr line and an
 exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
@@ -21,6 +21,7 @@ from launcher.plans import render_preview
 from launcher.model import JobSpec, SpecError
 from launcher.spec import load_spec
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script
+from launcher.venvjob import default_requirements, default_script, render_venv_job
 
 
 # The console script (pyproject.toml); ``python -m launcher`` passes its own name.
@@ -32,7 +33,8 @@ examples:
   {prog} render jobs/ddp_container.yaml -o x.job   # write it
   {prog} check jobs/ddp_container.yaml             # validate only
   {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
-  {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable"""
+  {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
+  {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job"""
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -64,7 +66,38 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     submit.add_argument("spec")
     submit.add_argument("-o", "--output", help="script path (default: the spec with .job)")
     submit.usage = f"{prog} submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
+    _venv_parser(sub, debug, prog)
     return parser
+
+
+def _venv_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
+                 debug: argparse.ArgumentParser, prog: str) -> None:
+    venv = sub.add_parser("venv", parents=[debug], help="build site.venv in a job on a "
+                          "compute node, with site.modules (README: Venv on the compute nodes)")
+    venv.add_argument("spec")
+    venv.add_argument("--requirements", help="pip requirements file (default: "
+                      "site.venv_build.requirements, else requirements.txt beside the spec)")
+    venv.add_argument("--pip-option", action="append", default=[], metavar="OPT",
+                      help="extra pip install option, after site.venv_build.pip_options; "
+                      "repeat it, and write values with '=', e.g. --pip-option=--no-index")
+    venv.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    venv.add_argument("-o", "--output", help="script path (default: SPEC's stem + .venv.job)")
+    venv.usage = (f"{prog} venv [-h] [--requirements FILE] [--pip-option=OPT ...] "
+                  "[--dry-run | -o OUTPUT] spec [-- SBATCH_OPTION ...]")
+
+
+def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
+    text = render_venv_job(spec, args.requirements, args.pip_option)
+    if args.dry_run:
+        sys.stdout.write(text)
+        return
+    requirements = args.requirements or default_requirements(spec)
+    if not os.path.isfile(requirements):
+        raise SpecError(spec.source, "--requirements", "file not found (relative to the "
+                        "submit directory, where the build job starts)", requirements)
+    script = args.output or default_script(spec)
+    write_script(text, script)
+    print(sbatch(script, args.sbatch_args))
 
 
 def launcher_label(labels: Mapping[str, str]) -> Optional[str]:
@@ -117,6 +150,8 @@ def _run(args: argparse.Namespace) -> int:
             write_script(text, args.output)
         else:
             sys.stdout.write(text)
+    elif args.command == "venv":
+        _build_venv(spec, args)
     elif args.command == "preview":
         try:
             sys.stdout.write(render_preview(spec, args.nodelist, args.job_id, os.getcwd()))
@@ -140,8 +175,8 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     parser = _parser(prog)
     args = parser.parse_args(argv[:cut])
     args.sbatch_args = argv[cut + 1:]
-    if args.sbatch_args and args.command != "submit":
-        parser.error(f"options after '--' are for sbatch and only taken by submit, "
+    if args.sbatch_args and args.command not in ("submit", "venv"):
+        parser.error(f"options after '--' are for sbatch and only taken by submit and venv, "
                      f"got {' '.join(args.sbatch_args)!r}")
     try:
         return _run(args)

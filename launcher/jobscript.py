@@ -19,6 +19,7 @@ from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
     sbatch_quote, word
 from launcher.model import JobSpec
+from launcher.venvjob import MODULES_FILE, check_lines
 
 
 def sbatch_options(spec: JobSpec, plan: Plan) -> List[Tuple[str, Optional[str]]]:
@@ -61,6 +62,9 @@ def _site_lines(spec: JobSpec) -> List[Statement]:
     suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
         if site.hostname_suffix else ""
     out: List[Statement] = [Raw(f"# Site profile {site.profile}{suffix}.")]
+    if site.venv:
+        out += [Raw(f"# Built with `jsc-compose venv`? Then warn if its modules ({MODULES_FILE}) "
+                    "differ.")] + check_lines(site)
     if site.modules or site.venv:
         out.append(Raw("set +u  # module and venv activation scripts are not written for set -u"))
         if site.modules:
@@ -72,7 +76,7 @@ def _site_lines(spec: JobSpec) -> List[Statement]:
     if site.socket_ifname:
         out += [Assign("GLOO_SOCKET_IFNAME", site.socket_ifname, export=True),
                 Assign("NCCL_SOCKET_IFNAME", site.socket_ifname, export=True)]
-    return out
+    return out + [Assign(name, value, export=True) for name, value in site.env]
 
 
 def _env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:

@@ -53,12 +53,31 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Horovod:
+    """Horovod built from source in the venv against the site's NCCL."""
+
+    nccl_home: str
+    package: str = "horovod[pytorch]"
+
+
+@dataclass(frozen=True)
+class VenvBuild:
+    """How `jsc-compose venv` builds site.venv on a compute node (launcher.venvjob)."""
+
+    requirements: Optional[str] = None  # None: requirements.txt beside the spec
+    pip_options: Tuple[str, ...] = ()  # e.g. --no-index --find-links /p/wheels
+    horovod: Optional[Horovod] = None
+
+
+@dataclass(frozen=True)
 class Site:
     profile: str
     hostname_suffix: str = ""
     socket_ifname: Optional[str] = None
     modules: Tuple[str, ...] = ()
     venv: Optional[str] = None
+    env: Tuple[Tuple[str, str], ...] = ()  # exported by every job, e.g. NCCL_IB_GID_INDEX
+    venv_build: VenvBuild = VenvBuild()
 
 
 @dataclass(frozen=True)

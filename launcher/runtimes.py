@@ -124,7 +124,8 @@ class Enroot(ContainerRuntime):
         if self.config.bind_cwd:
             out += ["--mount", word(PWD, ":", PWD)]
         # Enroot starts from the image's /etc/environment, not from the task's environment.
-        names = sorted(set(self.spec.env.names) | set(task_env))
+        names = sorted(set(self.spec.env.names) | {n for n, _ in self.spec.site.env}
+                       | set(task_env))
         for name in names:
             out += ["--env", name]
         if self.spec.env.passthrough:

@@ -11,16 +11,15 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Tuple, cast
 
-from launcher.model import MODES, SITE_PROFILES, Job, JobSpec, Launch, Mode, MpiLauncher, \
-    Site, SpecError
+from launcher.model import MODES, Job, JobSpec, Launch, Mode, MpiLauncher, SpecError
 from launcher.spec_env import load_env
 from launcher.spec_runtime import load_runtime
+from launcher.spec_site import check_site_env, load_site
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
         "output", "error", "node_output", "sbatch")
-_SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "venv")
 _LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi",
            "mpi_plugin")
 _PER_NODE = ("torchrun", "mpirun_torchrun")  # modes that start a launcher per node
@@ -43,8 +42,6 @@ _MANAGED = {"nodes": "job.nodes", "N": "job.nodes", "job-name": "job.name", "J":
             "p": "job.partition", "account": "job.account", "A": "job.account",
             "cpus-per-task": "job.cpus_per_task", "c": "job.cpus_per_task"}
 _TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}\Z")
-_IFNAME = re.compile(r"[A-Za-z0-9_.,:=^-]+\Z")
-_SUFFIX = re.compile(r"[A-Za-z0-9.-]*\Z")
 _OPTION = re.compile(r"[a-z][a-z0-9-]*\Z")
 
 
@@ -59,8 +56,9 @@ def parse_spec(text: str, file: str) -> JobSpec:
     if not program or not program[0]:
         raise r.fail("program", "must name a command, e.g. [python3, train.py]",
                      list(program))
-    return JobSpec(source=file, job=job, site=_load_site(r, top.get("site", "generic")),
-                   env=load_env(r, top.get("env", {})),
+    site, env = load_site(r, top.get("site", "generic")), load_env(r, top.get("env", {}))
+    check_site_env(r, site, env)
+    return JobSpec(source=file, job=job, site=site, env=env,
                    runtime=load_runtime(r, top.get("runtime", {"kind": "bare"})),
                    launch=launch, program=program)
 
@@ -146,28 +144,6 @@ def _load_sbatch(r: Reader, value: Any
             raise r.fail(path, "must be true (a flag), false (left out), a string or an "
                          "integer", item)
     return tuple(sorted(out)), tuple(sorted(off))
-
-
-def _load_site(r: Reader, value: Any) -> Site:
-    if isinstance(value, str):
-        value = {"profile": value}
-    m = r.mapping("site", value, _SITE)
-    name = r.choice("site.profile", m.get("profile", "generic"), sorted(SITE_PROFILES))
-    base = SITE_PROFILES[name]
-    suffix = m.get("hostname_suffix", base.hostname_suffix)
-    ifname = m.get("socket_ifname", base.socket_ifname)
-    modules = m.get("modules")
-    venv = m.get("venv", base.venv)
-    return Site(
-        profile=name,
-        hostname_suffix=suffix if suffix == "" else r.matching(
-            "site.hostname_suffix", suffix, _SUFFIX, "letters, digits, '.' or '-'"),
-        socket_ifname=None if ifname is None else r.matching(
-            "site.socket_ifname", ifname, _IFNAME, "an interface name or NCCL-style list"),
-        modules=base.modules if modules is None else r.strings("site.modules", modules,
-                                                                newline=False),
-        venv=r.opt_string("site.venv", venv, newline=False),
-    )
 
 
 def _load_launch(r: Reader, value: Any, job: Job) -> Launch:

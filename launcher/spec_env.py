@@ -23,9 +23,7 @@ def load_env(r: Reader, value: Any) -> Env:
     """Validate the ``env`` mapping into an Env."""
     m = r.mapping("env", value, _ENV)
     values = _names(r, "env.set", m.get("set", {}), "NAME: value")
-    pairs = [(name, _literal(r, f"env.set.{name}", item, "to extend a variable at run time "
-                             f"use env.prepend: {{{name}: [DIR]}} (or env.append)"))
-             for name, item in values.items()]
+    pairs = load_values(r, "env.set", values)
     prepend = _path_edits(r, "env.prepend", m.get("prepend", {}))
     append = _path_edits(r, "env.append", m.get("append", {}))
     names = r.strings("env.pass", m.get("pass", []))
@@ -37,8 +35,16 @@ def load_env(r: Reader, value: Any) -> Env:
         if name in exported:
             raise r.fail(f"env.pass[{i}]", "is also set in env.set, env.prepend or "
                          "env.append; keep one", name)
-    return Env(values=tuple(sorted(pairs)), passthrough=tuple(sorted(set(names))),
+    return Env(values=pairs, passthrough=tuple(sorted(set(names))),
                prepend=prepend, append=append)
+
+
+def load_values(r: Reader, path: str, value: Any) -> Tuple[Tuple[str, str], ...]:
+    """A mapping NAME: value exported literally (env.set, site.env), sorted."""
+    pairs = [(name, _literal(r, f"{path}.{name}", item, "to extend a variable at run time "
+                             f"use env.prepend: {{{name}: [DIR]}} (or env.append)"))
+             for name, item in _names(r, path, value, "NAME: value").items()]
+    return tuple(sorted(pairs))
 
 
 def _names(r: Reader, path: str, value: Any, form: str) -> Dict[str, Any]:

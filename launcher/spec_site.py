@@ -1,0 +1,85 @@
+"""The ``site`` section of a spec: profile, modules, venv, site variables and how the venv
+is built on a compute node (``site.venv_build``, used by ``jsc-compose venv``).
+
+Where it sits: **spec** (called by launcher.spec) -> jobscript / venvjob text. Nothing here
+touches the machine; every mistake is one SpecError line.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Optional
+
+from launcher.model import SITE_PROFILES, Env, Horovod, Site, VenvBuild
+from launcher.spec_env import load_values
+from launcher.yamlread import Reader
+
+_SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "venv", "env", "venv_build")
+_BUILD = ("requirements", "pip_options", "horovod")
+_HOROVOD = ("nccl_home", "package")
+_IFNAME = re.compile(r"[A-Za-z0-9_.,:=^-]+\Z")
+_SUFFIX = re.compile(r"[A-Za-z0-9.-]*\Z")
+
+
+def load_site(r: Reader, value: Any) -> Site:
+    """Validate ``site`` (a profile name or a mapping) into a Site."""
+    if isinstance(value, str):
+        value = {"profile": value}
+    m = r.mapping("site", value, _SITE)
+    name = r.choice("site.profile", m.get("profile", "generic"), sorted(SITE_PROFILES))
+    base = SITE_PROFILES[name]
+    suffix = m.get("hostname_suffix", base.hostname_suffix)
+    ifname = m.get("socket_ifname", base.socket_ifname)
+    modules = m.get("modules")
+    return Site(
+        profile=name,
+        hostname_suffix=suffix if suffix == "" else r.matching(
+            "site.hostname_suffix", suffix, _SUFFIX, "letters, digits, '.' or '-'"),
+        socket_ifname=None if ifname is None else r.matching(
+            "site.socket_ifname", ifname, _IFNAME, "an interface name or NCCL-style list"),
+        modules=base.modules if modules is None else r.strings("site.modules", modules,
+                                                                newline=False),
+        venv=_venv(r, m.get("venv", base.venv)),
+        env=load_values(r, "site.env", m["env"]) if "env" in m else base.env,
+        venv_build=_venv_build(r, m.get("venv_build", {})),
+    )
+
+
+def _venv(r: Reader, value: Any) -> Optional[str]:
+    text = r.opt_string("site.venv", value, newline=False)
+    if text is not None and posixpath.basename(posixpath.normpath(text)) in ("", ".", ".."):
+        raise r.fail("site.venv", "must name the venv directory itself, e.g. .venv", text)
+    return text
+
+
+def _venv_build(r: Reader, value: Any) -> VenvBuild:
+    m = r.mapping("site.venv_build", value, _BUILD)
+    horovod = m.get("horovod")
+    return VenvBuild(
+        requirements=r.opt_string("site.venv_build.requirements", m.get("requirements"),
+                                  newline=False),
+        pip_options=r.strings("site.venv_build.pip_options", m.get("pip_options", []),
+                              newline=False),
+        horovod=None if horovod is None else _horovod(r, horovod),
+    )
+
+
+def _horovod(r: Reader, value: Any) -> Horovod:
+    m = r.mapping("site.venv_build.horovod", value, _HOROVOD, required=("nccl_home",))
+    home = r.string("site.venv_build.horovod.nccl_home", m["nccl_home"], newline=False)
+    if not home.startswith("/"):
+        raise r.fail("site.venv_build.horovod.nccl_home", "must be an absolute path (the "
+                     "site's NCCL, e.g. $EBROOTNCCL written out)", home)
+    return Horovod(nccl_home=home, package=r.string("site.venv_build.horovod.package",
+                                                    m.get("package", Horovod.package),
+                                                    newline=False))
+
+
+def check_site_env(r: Reader, site: Site, env: Env) -> None:
+    """A name in site.env may not also be set or passed by the env section: keep one."""
+    taken = set(env.names) | set(env.passthrough)
+    for name, _ in site.env:
+        if name in taken:
+            raise r.fail(f"site.env.{name}", "is also set in env.set, env.prepend, env.append "
+                         "or env.pass; keep one")

@@ -1,0 +1,192 @@
+"""`jsc-compose venv` (launcher.venvjob), site.env and the run job's modules check.
+
+Ring 1: validation (one-line errors) and the rendered text. Ring 2: the build script run by
+bash through the CLI and a fake sbatch, with real python3 -m venv and pip (no network: an
+empty or unsatisfiable requirements file and --no-index), a fake `module` command
+(tests/fakes/modulecmd), and the run job's warning with the recording fakes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.jobscript import render_jobscript
+from launcher.model import SpecError
+from launcher.spec import parse_spec
+from launcher.venvjob import render_venv_job
+from tests.fakes import fake
+from tests.test_fakes import Cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULECMD = ROOT / "tests" / "fakes" / "modulecmd"
+HOSTILE = "v e'n\"v $(touch pwned) `id` ;ü"
+SECRET = "http://user:s3cr3t@proxy.example:3128"
+
+
+def spec(site: str, env: str = "{}", name: str = "t.yaml"):
+    return parse_spec(f"job: {{nodes: 2, partition: batch, time: '00:20:00'}}\n"
+                      f"site: {site}\nenv: {env}\nprogram: [python3, t.py]\n", name)
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("site, env, message", [
+    ("{env: {NCCL_IB_GID_INDEX: $3}}", "{}", "t.yaml: site.env.NCCL_IB_GID_INDEX: values are "
+     "exported literally and '$' is never expanded"),
+    ("{env: {1BAD: x}}", "{}", "t.yaml: site.env: keys must be environment variable names"),
+    ("{env: {A: x}}", "{set: {A: y}}", "t.yaml: site.env.A: is also set in env.set"),
+    ("{env: {A: x}}", "{pass: [A]}", "t.yaml: site.env.A: is also set in env.set"),
+    ("{venv: .}", "{}", "t.yaml: site.venv: must name the venv directory itself"),
+    ("{venv_build: {requirement: r.txt}}", "{}",
+     "t.yaml: site.venv_build: unknown key 'requirement' (did you mean 'requirements'?)"),
+    ("{venv_build: {pip_options: --no-index}}", "{}",
+     "t.yaml: site.venv_build.pip_options: must be a list"),
+    ("{venv_build: {horovod: {package: horovod}}}", "{}",
+     "t.yaml: site.venv_build.horovod.nccl_home: is required"),
+    ("{venv_build: {horovod: {nccl_home: nccl}}}", "{}",
+     "t.yaml: site.venv_build.horovod.nccl_home: must be an absolute path"),
+])
+def test_site_keys_are_validated_in_one_line(site, env, message):
+    with pytest.raises(SpecError) as info:
+        spec(site, env)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@pytest.mark.ring1
+def test_site_env_is_exported_and_reaches_enroot_by_name():
+    s = spec("{profile: jsc, env: {NCCL_IB_GID_INDEX: '3'}}")
+    assert "\nexport NCCL_IB_GID_INDEX=3\n" in render_jobscript(s)
+    enroot = parse_spec("job: {nodes: 1}\nsite: {env: {NCCL_IB_GID_INDEX: '3'}}\n"
+                        "runtime: {kind: enroot, image: i.sqsh}\nprogram: [python3]\n", "e.yaml")
+    assert "--env NCCL_IB_GID_INDEX" in render_jobscript(enroot)
+
+
+@pytest.mark.ring1
+def test_build_script_purges_loads_and_swaps_last():
+    s = spec("{venv: envs/py, modules: [Stages/2025, 'GCC 13'], venv_build: {pip_options: "
+             "[--no-index], horovod: {nccl_home: /p/nccl}}}", name="jobs/t.yaml")
+    text = render_venv_job(s, pip_options=["--find-links=/w h"])
+    for line in ("#SBATCH --job-name=venv-t", "#SBATCH --nodes=1", "#SBATCH --partition=batch",
+                 "#SBATCH --time=00:20:00", "requirements=jobs/requirements.txt", "venv=envs/py",
+                 "module purge\nmodule load Stages/2025 'GCC 13'\n",
+                 "pip install --no-index '--find-links=/w h' -r \"${requirements}\"",
+                 "env HOROVOD_NCCL_HOME=/p/nccl HOROVOD_GPU_OPERATIONS=NCCL"):
+        assert line in text, line
+    order = [text.index(k) for k in ("module purge", "python3 -m venv", "pip install",
+                                     ".jsc-modules", 'mv -T -- "$link" "$venv"', "trap - EXIT")]
+    assert order == sorted(order)
+    assert "#SBATCH --exclusive" not in text and "proxy.example" not in text
+    with pytest.raises(SpecError, match="t.yaml: site.venv: is not set"):
+        render_venv_job(spec("jsc"))
+
+
+def _cli(env: dict, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", "venv", *args], cwd=cwd,
+                          env=dict(env, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=180, check=False)
+
+
+@pytest.fixture
+def build_env(tmp_path: Path) -> dict:
+    """Fake sbatch (runs the script at once) and fake module; the real python3 and pip."""
+    fake.install(tmp_path / "fakes", tmp_path / "log")
+    only = tmp_path / "bin"
+    only.mkdir()
+    (only / "sbatch").symlink_to(tmp_path / "fakes" / "sbatch")
+    (tmp_path / "modules").mkdir()
+    path = f"{MODULECMD}:{only}:{Path(sys.executable).resolve().parent}:/usr/bin:/bin"
+    return {"PATH": path, "FAKE_LOG": str(tmp_path / "log"), "HOME": str(tmp_path),
+            "FAKE_MODULES_DIR": str(tmp_path / "modules"), "https_proxy": SECRET,
+            "PIP_NO_INDEX": "1", "LANG": "C.UTF-8"}
+
+
+@pytest.mark.ring2
+@pytest.mark.slow  # builds two venvs
+def test_build_hostile_paths_then_a_failed_rebuild_keeps_the_venv(tmp_path, build_env):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / f"req {HOSTILE}.txt").write_text("")
+    (sub / "t.yaml").write_text(yaml.safe_dump({
+        "job": {"nodes": 2}, "site": {"venv": HOSTILE, "modules": ["Stages/2025", "GCC 13"]},
+        "program": ["python3", "t.py"]}, allow_unicode=True), encoding="utf-8")
+    done = _cli(build_env, sub, "t.yaml", f"--requirements=req {HOSTILE}.txt",
+                "--pip-option=--no-index")
+    assert (done.returncode, done.stdout) == (0, "4242\n"), done.stderr
+    log = (tmp_path / "log" / "job-4242.out").read_text()
+    assert fake.records(tmp_path / "log", "sbatch-done")[0]["rc"] == 0, log
+    assert "module: purge\nmodule: load Stages/2025\nmodule: load GCC 13\n" in log
+    assert "proxy variables set (names only): https_proxy" in log and "s3cr3t" not in log
+    assert "s3cr3t" not in (sub / "t.venv.job").read_text()
+    venv = sub / HOSTILE
+    first = os.readlink(venv)
+    assert first.startswith(f"{HOSTILE}.builds/4242.")
+    assert (venv / ".jsc-modules").read_text() == "Stages/2025\nGCC 13\n"
+    prefix = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert prefix == str(venv)  # a working venv, found through the symlink
+    # Its scripts name the build's own path, which never moves (why the swap is a symlink).
+    assert f"{sub / first}/bin/python" in (venv / "bin" / "pip").read_text()
+    assert not list(tmp_path.rglob("pwned"))
+
+    # A rebuild whose pip fails: the venv still points at the first build, nothing half left.
+    (sub / "bad.txt").write_text("no-such-package-jsc-test==1.0\n")
+    done = _cli(build_env, sub, "t.yaml", "--requirements=bad.txt", "-o", "b.job")
+    assert done.returncode == 0, done.stderr
+    assert fake.records(tmp_path / "log", "sbatch-done")[1]["rc"] != 0
+    assert os.readlink(venv) == first
+    assert [p.name for p in (sub / f"{HOSTILE}.builds").iterdir()] == [first.split("/")[1]]
+
+
+@pytest.mark.ring2
+def test_build_refuses_a_venv_it_did_not_make(tmp_path, build_env):
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / "requirements.txt").write_text("")
+    (tmp_path / "t.yaml").write_text("job: {nodes: 1}\nsite: {venv: .venv}\nprogram: [x]\n")
+    done = _cli(build_env, tmp_path, "t.yaml")
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "log" / "job-4242.out").read_text()
+    assert "venv build: .venv is a directory, not a build of jsc-compose venv" in log
+    assert fake.records(tmp_path / "log", "sbatch-done")[0]["rc"] == 1
+    assert not (tmp_path / ".venv.builds").exists()  # refused before anything was made
+
+
+@pytest.mark.ring2
+def test_cli_venv_errors_are_one_line(tmp_path, build_env):
+    (tmp_path / "t.yaml").write_text("job: {nodes: 1}\nsite: {venv: .venv}\nprogram: [x]\n")
+    done = _cli(build_env, tmp_path, "t.yaml")
+    assert done.returncode == 2 and done.stderr == (
+        "t.yaml: --requirements: file not found (relative to the submit directory, where the "
+        "build job starts), got 'requirements.txt'\n")
+    assert not fake.records(tmp_path / "log", "sbatch")
+    done = _cli(build_env, tmp_path, "t.yaml", "--dry-run")
+    assert done.returncode == 0 and done.stdout.startswith("#!/bin/bash\n")
+
+
+@pytest.mark.ring2
+@pytest.mark.parametrize("recorded, warned", [
+    (None, False), ("Stages/2025\nGCC 13\n", False), ("Stages/2024\nGCC\n", True)])
+def test_run_job_warns_when_the_venv_modules_differ(tmp_path, recorded, warned):
+    fakes = Cluster(tmp_path)
+    activate = fakes.dir / "my venv" / "bin" / "activate"
+    activate.parent.mkdir(parents=True)
+    activate.write_text("")
+    if recorded is not None:
+        (fakes.dir / "my venv" / ".jsc-modules").write_text(recorded)
+    script = fakes.render("""\
+        job: {nodes: 2}
+        site: {profile: jsc, venv: my venv, modules: [Stages/2025, "GCC 13"],
+               env: {NCCL_IB_GID_INDEX: "3"}}
+        program: [python3, t.py]
+        """)
+    done = fakes.run(script)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    expected = ["warning: the venv was built with modules [Stages/2024 GCC] but this job loads "
+                "[Stages/2025 GCC 13] (my venv/.jsc-modules): rebuild it with jsc-compose venv"]
+    assert lines == (expected if warned else [])
+    assert len(fakes.records("python3")) == 2  # warned, not failed
