@@ -74,8 +74,11 @@ def _site_lines(spec: JobSpec) -> List[Statement]:
                     Raw(join(["source", posixpath.join(site.venv, "bin", "activate")]))]
         out.append(Raw("set -u"))
     if site.socket_ifname:
-        out += [Assign("GLOO_SOCKET_IFNAME", site.socket_ifname, export=True),
-                Assign("NCCL_SOCKET_IFNAME", site.socket_ifname, export=True)]
+        # NCCL matches a plain name as a prefix (ib0 would also take ib01): `=NAME` is exact.
+        plain = site.socket_ifname[:1] not in "=^" and "," not in site.socket_ifname
+        nccl = f"={site.socket_ifname}" if plain else site.socket_ifname
+        out += [Assign("GLOO_SOCKET_IFNAME", site.socket_ifname.lstrip("="), export=True),
+                Assign("NCCL_SOCKET_IFNAME", nccl, export=True)]
     return out + [Assign(name, value, export=True) for name, value in site.env]
 
 
