@@ -4,7 +4,9 @@ Flow: torch's own parser (every flag, alias and PET_* variable) -> ``decide.Requ
 ``netinfo.probe`` -> ``decide.decide`` (pure) -> ``decide.apply`` on a copy of the parsed
 namespace -> torch's own ``torch.distributed.run.run``, wrapped in torch's ``record`` as
 torchrun's own main is (error file, faulthandler). torch is imported lazily, in ``main``
-only. See decide.py for why (pytorch/pytorch#73656).
+only. See decide.py for why (pytorch/pytorch#73656). With TORCHRUN_JSC_FORWARD_SIGNALS=USR2
+(set by jobscripts with job.requeue) the agent survives that signal and passes it on to its
+workers (forward.py).
 
 Exit status: 2 for torchrun_jsc's own one-line errors (bad input, an endpoint that does not
 resolve or that it refuses); otherwise what torchrun gives.
@@ -23,7 +25,7 @@ from typing import List, Mapping, Optional, Tuple
 from .addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, parse_endpoint, passthrough_reason)
-from . import usage
+from . import forward, usage
 
 __all__ = ["main"]
 
@@ -84,8 +86,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     from torch.distributed import run as torch_run
     args = usage.parser(torch_run).parse_args(argv)
     try:
+        forward.install(os.environ)
         d = _decide(args, version)
-    except LaunchError as e:
+    except (LaunchError, forward.ForwardError) as e:
         print(f"torchrun_jsc: error: {e}", file=sys.stderr)
         return 2
     print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
