@@ -14,12 +14,13 @@ from typing import Any, Optional, Tuple, cast
 from launcher.model import MODES, SITE_PROFILES, Job, JobSpec, Launch, Mode, MpiLauncher, \
     Site, SpecError
 from launcher.spec_env import load_env
+from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
-        "output", "error", "node_output", "sbatch")
+        "output", "error", "node_output", "sbatch", "requeue")
 _SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "venv")
 _LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi",
            "mpi_plugin")
@@ -103,6 +104,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         error=s("error"),
         node_output=None if node_output is None else _node_output(r, node_output),
         sbatch=sbatch, sbatch_off=sbatch_off,
+        requeue=load_requeue(r, m.get("requeue"), time, sbatch),
     )
 
 
