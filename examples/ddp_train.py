@@ -131,7 +131,11 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device,
     opt = torch.optim.SGD(model.parameters(), lr=args.lr * world, momentum=0.9)
     ckpt = os.path.join(args.checkpoint_dir, CHECKPOINT_NAME) if args.checkpoint_dir else None
     start = load_checkpoint(ckpt, model, opt) if ckpt else 0
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # find_unused_parameters=True keeps DDP's first gradient bucket layout for the whole run
+    # (no rebuild after step 1, torch/csrc/distributed/c10d/reducer.cpp should_rebuild_buckets):
+    # a resumed run then sums gradients in the same order as an uninterrupted one, bit for bit.
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                  find_unused_parameters=True)
     loss_fn = nn.MSELoss()
     losses: list[float] = []
     # Resume with the batch the last run would have taken next: same epoch, same offset.

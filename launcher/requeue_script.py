@@ -17,6 +17,7 @@ How a checkpoint request travels (one path for the time limit and for a preempti
 
 from __future__ import annotations
 
+import signal
 from typing import List, Optional, Tuple
 
 from launcher.model import JobSpec, Requeue
@@ -54,7 +55,9 @@ rm -f -- "$REQUEUE_MARKER"
 restart_count="${{SLURM_RESTART_COUNT:-0}}"
 echo "job ${{SLURM_JOB_ID}}: attempt $((restart_count + 1)), requeued at most {q.max} times"
 launch_pid=""
+signalled=0
 on_requeue_signal() {{
+    signalled=1
     echo "job ${{SLURM_JOB_ID}}: SIG{sig} at $(date +%s.%N), passed on to every rank"
     if [ -n "$launch_pid" ]; then {pass_on}; fi
 }}
@@ -74,6 +77,13 @@ while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
     launch_rc=0  # wait was interrupted by the trap: the launch still runs
     wait "$launch_pid" || launch_rc=$?
 done
+if [ "$signalled" = 1 ] && [ "$launch_rc" -eq {128 + signal.Signals["SIG" + q.signal].value} ]; then
+    # Ranks that had no handler yet (still starting) died of the signal itself: nothing
+    # was lost since the last periodic checkpoint, so resume from there.
+    echo "no new checkpoint: ranks ended by SIG{q.signal} before their handler was set" \
+        >"$REQUEUE_MARKER"
+    launch_rc=0
+fi
 if [ "$launch_rc" -ne 0 ]; then
     echo "job ${{SLURM_JOB_ID}}: the program failed (exit $launch_rc): not requeued" >&2
     exit "$launch_rc"
