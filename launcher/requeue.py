@@ -36,6 +36,10 @@ class StopRequest:
         if name:
             self.signal = signal.Signals[f"SIG{name.upper().removeprefix('SIG')}"]
             signal.signal(self.signal, self._handle)
+            # torchrun_jsc starts its workers with the signal blocked (launcher.torchrun_jsc.
+            # forward), so one that came while this process was starting is still pending:
+            # unblocking now delivers it to the handler just installed.
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [self.signal])
 
     def _handle(self, _signum: int, _frame: object) -> None:
         self.requested = True

@@ -8,9 +8,15 @@ and the step fails before a worker could save. A job that asks for a checkpoint 
 ``--signal=B:USR2@T`` sets TORCHRUN_JSC_FORWARD_SIGNALS=USR2 (launcher.requeue_script); the
 agent then survives the signal and sends it to each worker process that catches it.
 
-Slurm usually signals every process of a step itself (proctrack), so a worker may get the
-signal twice; the program's handler only sets a flag. A worker that does not catch the signal
-(not started yet, or a program without a handler) is skipped, never killed by forwarding.
+Slurm signals every process of a step itself (``scancel --signal``, proctrack), workers
+included, so a worker still importing torch (no handler yet) would die of it: the agent
+fails the step (job 100: exit 143, job 104: exit 1 in the 4th attempt). So the agent blocks
+the signals instead of only catching them: a thread waits for them with sigwait, and the
+blocked mask is inherited by every worker (fork and exec keep it). A worker's early signal
+stays pending until its handler is in place (launcher.requeue.StopRequest unblocks it then);
+a program without a handler never sees it. The program's handler only sets a flag, so a
+worker may get the signal twice (from Slurm and forwarded). A worker that neither catches nor
+blocks the signal is skipped, never killed by forwarding.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Callable, List, Mapping, Tuple
 
 ENV = "TORCHRUN_JSC_FORWARD_SIGNALS"
@@ -58,12 +65,14 @@ def child_pids(parent: int, proc: str = "/proc") -> List[int]:
 
 
 def catches(pid: int, sig: signal.Signals, proc: str = "/proc") -> bool:
-    """True when ``pid`` has a handler for ``sig`` (SigCgt mask in /proc/PID/status)."""
+    """True when ``pid`` has a handler for ``sig`` or blocks it (SigCgt, SigBlk in
+    /proc/PID/status): either way the signal cannot kill it."""
     try:
         with open(f"{proc}/{pid}/status", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+                if line.startswith(("SigCgt:", "SigBlk:")) and \
+                        int(line.split()[1], 16) >> (sig - 1) & 1:
+                    return True
     except OSError:
         pass
     return False
@@ -85,17 +94,28 @@ def forward(sig: signal.Signals, parent: int, kill: Callable[[int, int], None] =
     return sent, skipped
 
 
+def _forward_and_say(sig: signal.Signals) -> None:
+    sent, skipped = forward(sig, os.getpid())
+    note = f"; skipped {skipped} (no handler for it)" if skipped else ""
+    print(f"torchrun_jsc: {sig.name} received, forwarded to workers {sent}{note}",
+          file=sys.stderr, flush=True)
+
+
 def install(env: Mapping[str, str]) -> Tuple[signal.Signals, ...]:
-    """Install the forwarder for the signals ``env`` names (none unless ENV is set)."""
+    """Block the signals ``env`` names (none unless ENV is set) in this thread, so in every
+    worker started later, and forward them from a daemon thread that sigwaits for them.
+    Call it before any worker starts. A handler stays installed as well, for a thread
+    started earlier that has them unblocked."""
     signals = parse(env.get(ENV, ""))
-
-    def handler(signum: int, _frame: object) -> None:
-        sig = signal.Signals(signum)
-        sent, skipped = forward(sig, os.getpid())
-        note = f"; skipped {skipped} (no handler for it)" if skipped else ""
-        print(f"torchrun_jsc: {sig.name} received, forwarded to workers {sent}{note}",
-              file=sys.stderr, flush=True)
-
+    if not signals:
+        return signals
     for sig in signals:
-        signal.signal(sig, handler)
+        signal.signal(sig, lambda signum, _frame: _forward_and_say(signal.Signals(signum)))
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+
+    def wait_and_forward() -> None:
+        while True:
+            _forward_and_say(signal.Signals(signal.sigwait(signals)))
+
+    threading.Thread(target=wait_and_forward, name="torchrun_jsc-forward", daemon=True).start()
     return signals
