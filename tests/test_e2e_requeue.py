@@ -121,6 +121,7 @@ def test_checked_in_job_outlives_its_time_limit(lab, shared_tmp):
     assert whole["state"] == "COMPLETED" and whole["restarts"] == 0, whole["output"]
     [alone] = lines(whole["output"], "DDP_SUMMARY ")
     check_chain(whole["output"], steps, alone)
+    print("param_sha256 requeued", final["param_sha256"], "uninterrupted", alone["param_sha256"])
     assert final["param_sha256"] == alone["param_sha256"], (final, alone)
 
 
