@@ -80,7 +80,7 @@ done
 if [ "$signalled" = 1 ] && [ "$launch_rc" -eq {128 + signal.Signals["SIG" + q.signal].value} ]; then
     # Ranks that had no handler yet (still starting) died of the signal itself: nothing
     # was lost since the last periodic checkpoint, so resume from there.
-    echo "no new checkpoint: ranks ended by SIG{q.signal} before their handler was set" \
+    echo "no new checkpoint: ranks ended by SIG{q.signal} before their handler was set" \\
         >"$REQUEUE_MARKER"
     launch_rc=0
 fi

@@ -71,6 +71,13 @@ def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> Non
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        # First, before the torch import (seconds on a busy node): until then a forwarded
+        # signal's default action would end the agent (job 151's first attempt did so).
+        forward.install(os.environ)
+    except forward.ForwardError as e:
+        print(f"torchrun_jsc: error: {e}", file=sys.stderr)
+        return 2
+    try:
         import torch
     except ImportError as e:
         if usage.wants_help(argv):  # --help works on a login node without torch
@@ -86,9 +93,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from torch.distributed import run as torch_run
     args = usage.parser(torch_run).parse_args(argv)
     try:
-        forward.install(os.environ)
         d = _decide(args, version)
-    except (LaunchError, forward.ForwardError) as e:
+    except LaunchError as e:
         print(f"torchrun_jsc: error: {e}", file=sys.stderr)
         return 2
     print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
