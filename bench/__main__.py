@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("launch", "teardown", "placement", "container", "images", "scaling")
+SECTIONS = ("launch", "teardown", "placement", "requeue", "container", "images", "scaling")
 
 
 def machine() -> str:
@@ -49,6 +49,7 @@ def main() -> int:
         "launch": lambda: cluster_bench.launch(a.repeats),
         "teardown": lambda: cluster_bench.teardown(a.repeats),
         "placement": lambda: cluster_bench.placement(a.repeats),
+        "requeue": lambda: cluster_bench.requeue(a.repeats),
         "container": lambda: netns_bench.with_network(
             2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
         "images": lambda: image_bench.images(a.repeats),
@@ -57,6 +58,7 @@ def main() -> int:
     }
     titles = {"launch": "Launch latency", "teardown": "Failure teardown",
               "placement": "CPU placement (strict lab: tasks bound to cores)",
+              "requeue": "Requeue (signal -> running again)",
               "container": "Container overhead", "images": "Images",
               "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)"}
     report = [f"# Bench results\n\nMachine: {machine()}\n"]

@@ -16,6 +16,10 @@ jobs/*.job), into bench-results/jobs/, and submitted from the repository root.
   script (whole nodes, SRUN_CPUS_PER_TASK = the node's CPUs) and with the script as it was
   before (no CPU request: Slurm binds the one torchrun_jsc task per node, and so all its
   workers, to one core).
+- requeue: a job.requeue job (apptainer, torchrun) preempted once with `scancel -b
+  --signal=USR2` while its ranks step: signal -> checkpoint written and `scontrol requeue`,
+  and signal -> the job RUNNING again. The second figure is mostly Slurm's hold of a requeued
+  job (about cred_expire, 120 s); the start time is not moved, unlike in the tests.
 """
 
 from __future__ import annotations
@@ -149,3 +153,64 @@ def placement(repeats: int, steps: int = 400) -> str:
                    s["new"].cell("s"), "1.00x"],
                   ["before: no CPU request (the task, and so every worker, on one core)",
                    s["old"].cell("s"), ratio(s["old"], s["new"])]])
+
+
+def requeue_s(jobfile: str, out: Path, ckpt: Path) -> Optional[Dict[str, float]]:
+    """Preempt once (scancel -b --signal=USR2) while the ranks step; seconds from the signal
+    to the job requeued by its script and to the job RUNNING again (real Slurm hold: the
+    start time is not moved). The job is cancelled once it runs again."""
+    import shutil
+
+    shutil.rmtree(ckpt, ignore_errors=True)
+    out.unlink(missing_ok=True)
+    job_id = slurmjob.submit(jobfile, ["-J", "rq-bench", "-o", str(out)], cwd=str(ROOT))
+    deadline, signalled, running = time.monotonic() + 600, False, None
+    try:
+        while time.monotonic() < deadline:
+            info = slurmjob.job_info(job_id)
+            text = out.read_text() if out.exists() else ""
+            if not signalled and re.search(r"^step \d+ ", text, re.M):
+                slurmjob.run(["scancel", "-b", "--signal=USR2", job_id])
+                signalled = True
+            if signalled and info.get("Restarts") == "1" and info.get("JobState") == "RUNNING":
+                running = time.time()
+                break
+            if info.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+                break
+            time.sleep(0.2)
+    finally:
+        slurmjob.run(["scancel", job_id])
+    text = out.read_text() if out.exists() else ""
+    sig = re.search(r"SIGUSR2 at ([\d.]+)", text)
+    req = re.search(r"requeued at ([\d.]+)", text)
+    if running is None or not sig or not req:
+        print(f"bench: requeue job {job_id}: not running again\n{text[-2000:]}", file=sys.stderr)
+        return None
+    return {"requeued": float(req.group(1)) - float(sig.group(1)),
+            "running": running - float(sig.group(1))}
+
+
+def requeue(repeats: int) -> str:
+    out_dir = ROOT / "bench-results" / "jobs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = ROOT / "bench-results" / "requeue-ckpt"
+    spec = (
+        "job: {name: rq-bench, nodes: 2, time: '00:05:00', partition: batch, node_output: null,"
+        " requeue: {signal: USR2, before: 60, max: 1}}\n"
+        "site: jsc\nruntime: {kind: apptainer, image: image.sif}\nlaunch: {mode: torchrun}\n"
+        "program: [python3, -u, examples/ddp_train.py, --steps, '100000', --step-sleep, '0.1',"
+        f" --checkpoint-dir, {ckpt.relative_to(ROOT)}, --checkpoint-every, '20']\n")
+    (out_dir / "bench_requeue.yaml").write_text(spec)
+    job = out_dir / "bench_requeue.job"
+    job.write_text(render_jobscript(parse_spec(spec, "bench-results/jobs/bench_requeue.yaml")))
+    runs = [requeue_s(str(job.relative_to(ROOT)), out_dir / "bench_requeue.out", ckpt)
+            for _ in range(repeats)]
+    ok = [r for r in runs if r]
+    from bench.stats import Series
+
+    req = Series("requeued", [r["requeued"] for r in ok])
+    run = Series("running", [r["running"] for r in ok])
+    return table(["2 nodes x 2 procs (apptainer, torchrun), preempted once", "time"],
+                 [["signal -> ranks checkpointed, script ran scontrol requeue", req.cell("s")],
+                  ["signal -> job RUNNING again (includes Slurm's hold of a requeued job)",
+                   run.cell("s")]])

@@ -14,6 +14,13 @@ restarted job resumes from it. Rank 0 ends with exactly one line
                  "allowed_cpus_min": ..., ...}
 
 --crash-rank R --crash-step S make rank R die (os._exit(3)) at step S, for failure tests.
+
+Requeue (job.requeue in the spec, launcher.requeue): the handler for $REQUEUE_SIGNAL only sets
+a flag; after each step all ranks agree on it (all_reduce MAX), rank 0 saves the checkpoint,
+writes $REQUEUE_MARKER and prints one ``DDP_STOPPED {...}`` line, and every rank exits 0. A
+resumed run continues with the very batch it stopped before (epoch and offset from the step),
+so an interrupted run ends with the same parameters as an uninterrupted one
+(``param_sha256`` in both lines). --step-sleep S makes each step take S seconds more.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import hashlib
+import itertools
 import json
 import os
 import socket
@@ -33,6 +42,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from launcher.requeue import StopRequest
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -47,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-rank", type=int, default=None, help="this rank exits 3 ...")
     p.add_argument("--crash-step", type=int, default=None, help="... at this step")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, seconds")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
     args = p.parse_args(argv)
     if (args.crash_rank is None) != (args.crash_step is None):
         p.error("--crash-rank and --crash-step go together")
@@ -105,7 +117,13 @@ def params_identical(model: nn.Module, world: int) -> bool:
     return all(torch.equal(gathered[0], t) for t in gathered[1:])
 
 
-def train(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+def param_sha256(model: nn.Module) -> str:
+    flat = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
+
+
+def train(args: argparse.Namespace, rank: int, world: int, device: torch.device,
+          stop: StopRequest) -> dict[str, Any]:
     data = make_dataset()
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=7)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
@@ -113,13 +131,24 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr * world, momentum=0.9)
     ckpt = os.path.join(args.checkpoint_dir, CHECKPOINT_NAME) if args.checkpoint_dir else None
     start = load_checkpoint(ckpt, model, opt) if ckpt else 0
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # find_unused_parameters=True keeps DDP's first gradient bucket layout for the whole run
+    # (no rebuild after step 1, torch/csrc/distributed/c10d/reducer.cpp should_rebuild_buckets).
+    # Without it a resumed run's first step uses the initial layout where an uninterrupted
+    # run already uses the rebuilt one. Even with one bucket that matters: gloo's ring
+    # allreduce adds each chunk of the flat bucket in a different rank order, so where a
+    # parameter sits decides its summation order. Checked (4 gloo ranks, 60 steps, stop at 11
+    # and resume): without it straight d66bdcbe.. != resumed 2aee3a45..; with it equal; with
+    # 2 ranks (a+b = b+a) equal either way. Optimizer state, sampler offset and RNG were exact.
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                  find_unused_parameters=True)
     loss_fn = nn.MSELoss()
     losses: list[float] = []
-    step, epoch = start, 0
-    while step < args.steps:
+    # Resume with the batch the last run would have taken next: same epoch, same offset.
+    step, epoch, skip = start, start // len(loader), start % len(loader)
+    stopped = False
+    while step < args.steps and not stopped:
         sampler.set_epoch(epoch)
-        for x, y in loader:
+        for x, y in itertools.islice(loader, skip, None):
             if step >= args.steps:
                 break
             if rank == args.crash_rank and step == args.crash_step:
@@ -134,11 +163,15 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             losses.append(mean.item() / world)
-            if rank == 0 and (step % args.checkpoint_every == 0 or step == args.steps):
+            time.sleep(args.step_sleep)
+            stopped = stop.signal is not None and step < args.steps and stop.agree()
+            if rank == 0 and (step % args.checkpoint_every == 0 or step == args.steps or stopped):
                 print(f"step {step} loss {losses[-1]:.6f}", flush=True)
                 if ckpt:
                     save_checkpoint(ckpt, step, model, opt)
-        epoch += 1
+            if stopped:
+                break
+        epoch, skip = epoch + 1, 0
     # Free DDP (its reducer holds the process group) now, not during interpreter teardown.
     del ddp
     gc.collect()
@@ -147,6 +180,9 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
     placement: list[Any] = [None] * world
     dist.all_gather_object(placement, (socket.gethostname(), sorted(os.sched_getaffinity(0))))
     return {
+        "stopped": stopped,
+        "param_sha256": param_sha256(model),
+        "attempt": int(os.environ.get("SLURM_RESTART_COUNT", "0")) + 1,
         "world_size": world,
         "steps": step,
         "steps_run": step - start,
@@ -162,7 +198,11 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device)
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop = StopRequest()  # first: until its handler is in place the signal would be fatal
     args = parse_args(argv)
+    if stop.signal is not None and not args.checkpoint_dir:
+        # Stopping without a checkpoint would requeue a job that starts over: refuse.
+        raise SystemExit(f"ddp_train.py: REQUEUE_SIGNAL={stop.signal.name} needs --checkpoint-dir")
     rank, world, local_rank = read_env()
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
@@ -174,8 +214,11 @@ def main(argv: list[str] | None = None) -> None:
         os.makedirs(args.checkpoint_dir, exist_ok=True)
     dist.init_process_group(backend, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=args.timeout))
-    summary = train(args, rank, world, device)
-    if rank == 0:
+    summary = train(args, rank, world, device, stop)
+    if rank == 0 and summary["stopped"]:
+        stop.mark_stopped(f"step {summary['steps']} of {args.steps}")
+        print("DDP_STOPPED " + json.dumps(summary, sort_keys=True), flush=True)
+    elif rank == 0:
         print("DDP_SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
     # Leave together, then skip interpreter teardown: on the 2-node cluster about one run in
     # 15 had a rank abort after its work was done ("terminate called without an active

@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple, Union
 from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
+from launcher import requeue_script
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
     sbatch_quote, word
@@ -33,7 +34,7 @@ def sbatch_options(spec: JobSpec, plan: Plan) -> List[Tuple[str, Optional[str]]]
                 "cpus-per-task": None if job.cpus_per_task is None else str(job.cpus_per_task),
                 "gpus-per-node": str(job.gpus_per_node) if job.gpus_per_node else None}
     opts += [(k, v) for k, v in optional.items() if v is not None]
-    opts += list(job.sbatch)
+    opts += list(job.sbatch) + requeue_script.sbatch_options(job.requeue)
     exclusive = exclusive_default(spec)
     if exclusive is not None:
         opts.append(exclusive)
@@ -159,14 +160,15 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
               for k, v in sbatch_options(spec, plan)]
     lines += ["", "set -euo pipefail", ""]
     blocks = [_site_lines(spec), _env_lines(spec, runtime), _geometry_lines(spec, plan),
-              runtime.batch_lines(), _log_lines(spec, plan)]
+              runtime.batch_lines(), _log_lines(spec, plan), requeue_script.setup_lines(spec)]
     for block in blocks:
         if block:
             lines += [render_statement(s) for s in block] + [""]
     if plan.setup:
         lines += [f"# Once per node: {type(runtime).__name__.lower()} setup.",
                   join(plan.setup), ""]
-    lines += [f"# Launch: {_launch_comment(spec, plan)}.", join(plan.launch)]
+    lines += [f"# Launch: {_launch_comment(spec, plan)}.",
+              *requeue_script.launch_lines(spec, join(plan.launch))]
     return "\n".join(lines) + "\n"
 
 

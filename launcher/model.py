@@ -37,6 +37,16 @@ class Bind:
 
 
 @dataclass(frozen=True)
+class Requeue:
+    """job.requeue: checkpoint on a signal before the time limit (or a preemption), then
+    requeue. launcher.requeue_script renders it; launcher.requeue is the program's side."""
+
+    signal: str = "USR2"  # without SIG; USR1 is left to NCCL
+    before: int = 120  # seconds before the time limit (#SBATCH --signal=B:SIG@before)
+    max: int = 3  # requeues at most (SLURM_RESTART_COUNT counts them)
+
+
+@dataclass(frozen=True)
 class Job:
     name: str
     nodes: int
@@ -50,6 +60,7 @@ class Job:
     node_output: Optional[str] = "logs/%x-%j.node%n.out"
     sbatch: Tuple[Tuple[str, Optional[str]], ...] = ()
     sbatch_off: Tuple[str, ...] = ()  # options the spec switched off (`false`)
+    requeue: Optional[Requeue] = None
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ class Enroot(ContainerRuntime):
             out += ["--mount", word(PWD, ":", PWD)]
         # Enroot starts from the image's /etc/environment, not from the task's environment.
         names = sorted(set(self.spec.env.names) | {n for n, _ in self.spec.site.env}
-                       | set(task_env))
+                       | set(task_env) | set(self._requeue_names()))
         for name in names:
             out += ["--env", name]
         if self.spec.env.passthrough:
@@ -136,6 +136,12 @@ class Enroot(ContainerRuntime):
     @property
     def inherits_env(self) -> bool:
         return False
+
+    def _requeue_names(self) -> Sequence[str]:
+        # Exported by launcher.requeue_script; read by torchrun_jsc and launcher.requeue.
+        if self.spec.job.requeue is None:
+            return ()
+        return ("REQUEUE_MARKER", "REQUEUE_SIGNAL", "TORCHRUN_JSC_FORWARD_SIGNALS")
 
 
 class Pyxis(ContainerRuntime):

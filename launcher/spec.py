@@ -13,13 +13,14 @@ from typing import Any, Optional, Tuple, cast
 
 from launcher.model import MODES, Job, JobSpec, Launch, Mode, MpiLauncher, SpecError
 from launcher.spec_env import load_env
+from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.spec_site import check_site_env, load_site
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
-        "output", "error", "node_output", "sbatch")
+        "output", "error", "node_output", "sbatch", "requeue")
 _LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi",
            "mpi_plugin")
 _PER_NODE = ("torchrun", "mpirun_torchrun")  # modes that start a launcher per node
@@ -101,6 +102,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         error=s("error"),
         node_output=None if node_output is None else _node_output(r, node_output),
         sbatch=sbatch, sbatch_off=sbatch_off,
+        requeue=load_requeue(r, m.get("requeue"), time, sbatch),
     )
 
 

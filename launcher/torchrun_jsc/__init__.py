@@ -4,7 +4,9 @@ Flow: torch's own parser (every flag, alias and PET_* variable) -> ``decide.Requ
 ``netinfo.probe`` -> ``decide.decide`` (pure) -> ``decide.apply`` on a copy of the parsed
 namespace -> torch's own ``torch.distributed.run.run``, wrapped in torch's ``record`` as
 torchrun's own main is (error file, faulthandler). torch is imported lazily, in ``main``
-only. See decide.py for why (pytorch/pytorch#73656).
+only. See decide.py for why (pytorch/pytorch#73656). With TORCHRUN_JSC_FORWARD_SIGNALS=USR2
+(set by jobscripts with job.requeue) the agent survives that signal and passes it on to its
+workers (forward.py).
 
 Exit status: 2 for torchrun_jsc's own one-line errors (bad input, an endpoint that does not
 resolve or that it refuses); otherwise what torchrun gives.
@@ -23,7 +25,7 @@ from typing import List, Mapping, Optional, Tuple
 from .addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, parse_endpoint, passthrough_reason)
-from . import usage
+from . import forward, usage
 
 __all__ = ["main"]
 
@@ -68,6 +70,13 @@ def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> Non
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        # First, before the torch import (seconds on a busy node): until then a forwarded
+        # signal's default action would end the agent (job 151's first attempt did so).
+        forward.install(os.environ)
+    except forward.ForwardError as e:
+        print(f"torchrun_jsc: error: {e}", file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError as e:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
-         "torchrun", "python3", "module")
+         "torchrun", "python3", "module", "scancel")
 # Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
 # seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve, to
 # 10.0.0.1, or as FAKE_GETENT says: loopback_first (Debian: 127.0.1.1 first), dual (AAAA
@@ -68,7 +68,9 @@ RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", 
                 "NCCL_SECRET_TOKEN", "APPTAINER_CACHEDIR", "ENROOT_DATA_PATH", "VIRTUAL_ENV",
                 "SRUN_CPUS_PER_TASK", "OMPI_COMM_WORLD_RANK", "GLOO_SOCKET_IFNAME",
                 "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "PMIX_MCA_gds",
-                "NCCL_SOCKET_IFNAME", "PATH", "LD_LIBRARY_PATH", "HOSTILE_LIST")
+                "NCCL_SOCKET_IFNAME", "PATH", "LD_LIBRARY_PATH", "HOSTILE_LIST",
+                "REQUEUE_SIGNAL", "REQUEUE_MARKER", "TORCHRUN_JSC_FORWARD_SIGNALS",
+                "SLURM_RESTART_COUNT")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
@@ -165,6 +167,8 @@ def mpirun(argv: List[str]) -> int:
 
 def scontrol(argv: List[str]) -> int:
     _record("scontrol", argv)
+    if argv[:1] == ["requeue"]:
+        return 0
     if argv[:2] == ["show", "hostnames"]:
         print("\n".join(expand(argv[2] if len(argv) > 2 else os.environ["SLURM_JOB_NODELIST"])))
         return 0
@@ -211,7 +215,7 @@ def enroot(argv: List[str]) -> int:
             return 1
         # Like Enroot: the container sees only the variables named with --env.
         env = {k: os.environ[k] for k in ("PATH", "FAKE_LOG", "FAKE_ENROOT_DATA",
-                                          "FAKE_PROGRAM_RC") if k in os.environ}
+                                          "FAKE_PROGRAM_RC", "FAKE_PROGRAM") if k in os.environ}
         for item in opts.get("--env", "").split("\0"):
             if item and item in os.environ:
                 env[item] = os.environ[item]
@@ -283,13 +287,37 @@ def recorder(prog: str, argv: List[str]) -> int:
         cmd = argv[argv.index("--no-python") + 1:]
         env = dict(os.environ, RANK="0", LOCAL_RANK="0")
         return subprocess.run(cmd, env=env, check=False).returncode
+    return _program() if prog == "python3" else int(os.environ.get("FAKE_PROGRAM_RC", "0"))
+
+
+def _program() -> int:
+    """The program's side of job.requeue, as FAKE_PROGRAM says: 'stop' checkpoints at once,
+    'wait_signal' only after the trap's scancel --signal (FAKE_LOG/scancel.signal)."""
+    mode = os.environ.get("FAKE_PROGRAM", "")
+    if mode == "wait_signal":
+        flag = Path(os.environ["FAKE_LOG"]) / "scancel.signal"
+        deadline = time.monotonic() + 30
+        while not flag.exists():
+            if time.monotonic() > deadline:
+                return 9
+            time.sleep(0.05)
+    if mode in ("stop", "wait_signal") and os.environ.get("RANK", "0") == "0" \
+            and os.environ.get("SLURM_PROCID", "0") == "0":
+        Path(os.environ["REQUEUE_MARKER"]).write_text("step 7 of 9\n")
     return int(os.environ.get("FAKE_PROGRAM_RC", "0"))
+
+
+def scancel(argv: List[str]) -> int:
+    _record("scancel", argv)
+    if any(a.startswith("--signal") for a in argv):
+        (Path(os.environ["FAKE_LOG"]) / "scancel.signal").touch()
+    return 0
 
 
 def main() -> int:
     prog, argv = sys.argv[1], sys.argv[2:]
     handlers = {"srun": srun, "mpirun": mpirun, "scontrol": scontrol, "apptainer": apptainer,
-                "enroot": enroot, "sbatch": sbatch}
+                "enroot": enroot, "sbatch": sbatch, "scancel": scancel}
     if prog in handlers:
         return handlers[prog](argv)
     return recorder(prog, argv)

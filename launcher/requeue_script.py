@@ -1,0 +1,106 @@
+"""job.requeue in the jobscript: the signal, the trap that passes it on, and the requeue.
+
+Where it sits: spec -> plans -> **requeue_script** (lines for jobscript) -> text. Pure.
+How a checkpoint request travels (one path for the time limit and for a preemption):
+
+1. Slurm sends SIG to the batch shell only (``--signal=B:SIG@BEFORE``; a preemption is
+   ``scancel -b --signal=SIG JOBID``). B: because the shell must outlive it and see it.
+2. The trap passes it to every rank: ``scancel --signal=SIG JOBID`` signals every process
+   of every step (Slurm's proctrack), whatever the runtime; torchrun_jsc's agent survives it
+   and forwards it too (TORCHRUN_JSC_FORWARD_SIGNALS). mpirun is a child of this shell, not
+   a step: it gets ``kill -s SIG`` and passes SIGUSR1/2 on to its ranks itself.
+3. The program checkpoints, rank 0 writes $REQUEUE_MARKER, all exit 0 (launcher.requeue).
+4. The script requeues (``scontrol requeue``) while SLURM_RESTART_COUNT < max, with
+   ``--open-mode=append`` so every attempt's output stays in the log. Exit 0 without a
+   marker: finished. Non-zero: failed, never requeued. Marker at the maximum: exit 75.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import List, Optional, Tuple
+
+from launcher.model import JobSpec, Requeue
+from launcher.shell import Raw, Statement
+
+EXIT_MAX_REACHED = 75  # EX_TEMPFAIL: checkpointed, but no requeue left
+MARKER_DIR = ".requeue"  # under the submit directory (shared), one file per job id
+
+
+def sbatch_options(requeue: Optional[Requeue]) -> List[Tuple[str, Optional[str]]]:
+    if requeue is None:
+        return []
+    return [("open-mode", "append"), ("requeue", None),
+            ("signal", f"B:{requeue.signal}@{requeue.before}")]
+
+
+def setup_lines(spec: JobSpec) -> List[Statement]:
+    """Batch-scope lines before the launch: exports, the attempt line and the trap."""
+    q = spec.job.requeue
+    if q is None:
+        return []
+    sig = q.signal
+    via_mpirun = spec.launch.mode == "mpirun_torchrun" or (
+        spec.launch.mode == "horovod" and spec.launch.mpi == "mpirun")
+    pass_on = f'kill -s {sig} "$launch_pid" 2>/dev/null || true' if via_mpirun else \
+        f'scancel --signal={sig} "$SLURM_JOB_ID" || true'
+    return [Raw(f"""\
+# Requeue (job.requeue): SIG{sig} comes {q.before} s before the time limit, or with a
+# preemption (scancel -b --signal={sig} JOBID). Every rank gets it, saves at the next step
+# boundary, rank 0 writes $REQUEUE_MARKER, all exit 0; then the job is requeued.
+export REQUEUE_SIGNAL={sig} TORCHRUN_JSC_FORWARD_SIGNALS={sig}
+export REQUEUE_MARKER="$PWD/{MARKER_DIR}/$SLURM_JOB_ID.stopped"
+mkdir -p -- "$PWD/{MARKER_DIR}"
+rm -f -- "$REQUEUE_MARKER"
+restart_count="${{SLURM_RESTART_COUNT:-0}}"
+echo "job ${{SLURM_JOB_ID}}: attempt $((restart_count + 1)), requeued at most {q.max} times"
+launch_pid=""
+signalled=0
+on_requeue_signal() {{
+    signalled=1
+    echo "job ${{SLURM_JOB_ID}}: SIG{sig} at $(date +%s.%N), passed on to every rank"
+    if [ -n "$launch_pid" ]; then {pass_on}; fi
+}}
+trap on_requeue_signal {sig}""")]
+
+
+def launch_lines(spec: JobSpec, launch: str) -> List[str]:
+    """The launch in the background (a trap runs only between commands), then the verdict."""
+    q = spec.job.requeue
+    if q is None:
+        return [launch]
+    return [launch + " &", f"""\
+launch_pid=$!
+launch_rc=0
+wait "$launch_pid" || launch_rc=$?
+while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
+    launch_rc=0  # wait was interrupted by the trap: the launch still runs
+    wait "$launch_pid" || launch_rc=$?
+done
+if [ "$signalled" = 1 ] && [ "$launch_rc" -eq {128 + signal.Signals["SIG" + q.signal].value} ]; then
+    # Ranks that had no handler yet (still starting) died of the signal itself: nothing
+    # was lost since the last periodic checkpoint, so resume from there.
+    echo "no new checkpoint: ranks ended by SIG{q.signal} before their handler was set" \\
+        >"$REQUEUE_MARKER"
+    launch_rc=0
+fi
+if [ "$launch_rc" -ne 0 ]; then
+    echo "job ${{SLURM_JOB_ID}}: the program failed (exit $launch_rc): not requeued" >&2
+    exit "$launch_rc"
+fi
+if [ ! -e "$REQUEUE_MARKER" ]; then
+    echo "job ${{SLURM_JOB_ID}}: finished"
+    exit 0
+fi
+echo "job ${{SLURM_JOB_ID}}: checkpointed: $(cat -- "$REQUEUE_MARKER")"
+rm -f -- "$REQUEUE_MARKER"
+if [ "$restart_count" -ge {q.max} ]; then
+    echo "job ${{SLURM_JOB_ID}}: requeued {q.max} times already (job.requeue.max): not again;" \\
+        "resubmit to go on from the checkpoint" >&2
+    exit {EXIT_MAX_REACHED}
+fi
+echo "job ${{SLURM_JOB_ID}}: requeued at $(date +%s.%N)"
+scontrol requeue "$SLURM_JOB_ID\""""]
+
+
+__all__ = ["EXIT_MAX_REACHED", "launch_lines", "setup_lines", "sbatch_options"]
