@@ -17,7 +17,7 @@ from launcher.shell import Var, Word, case_patterns, word
 PLACEHOLDERS = {"user": Var("enroot_user"), "uid": Var("enroot_uid"),
                 "job_id": Var("SLURM_JOB_ID")}
 PLACEHOLDER_LINES = {"user": 'enroot_user="$(id -un)"', "uid": 'enroot_uid="$(id -u)"'}
-DEFAULT_DATA_PATH = "/tmp/enroot-{uid}"  # node-local and per user: the lock lives there too
+DEFAULT_DATA_PATH = "/tmp/enroot-{uid}/data"  # node-local and per user; the lock lives there
 _FIELD = re.compile(r"\{([^{}]*)\}")
 
 
