@@ -154,3 +154,18 @@ def test_two_users_on_one_node(cluster, sqsh, shared_tmp):
         state, out = finish(cluster, job_id, folder)
         assert state == "COMPLETED", (user, out)
         assert len(envs(out)) == 2, out
+
+
+def test_writes_stay_in_their_job(cluster, sqsh, shared_tmp):
+    """writable: true writes into a per-job copy; the next (read-only) job does not see it."""
+    probe = "touch /etc/kit-leak-probe && echo WROTE; [ -e /etc/kit-leak-probe ] || echo CLEAN"
+    for writable, expect in ((True, "WROTE"), (False, "CLEAN")):
+        spec = env_spec({"kind": "enroot", "image": str(sqsh), "writable": writable}, nodes=1)
+        spec["launch"]["procs_per_node"] = 1
+        spec["program"] = ["sh", "-c", probe]
+        job = render(shared_tmp, f"writable_{writable}", spec)
+        job_id = cluster.submit(str(job), ["-o", str(shared_tmp / "%j.out"), "-w", "jwb0001"],
+                                cwd=str(shared_tmp))
+        state, out = finish(cluster, job_id, shared_tmp)
+        assert state == "COMPLETED" and expect in out, out
+        assert ("WROTE" in out) == writable, out
