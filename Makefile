@@ -9,6 +9,7 @@ export VENV
 
 setup:
 	bash scripts/setup.sh
+	bash scripts/enroot-setup.sh
 
 # Targets that need the project venv say so in one line on a fresh clone.
 need_venv = @test -x $(PY) || { echo "make $@: no venv at $(VENV): run 'sudo make setup' first (or VENV=/path/to/venv with pytest and pyyaml)" >&2; exit 1; }

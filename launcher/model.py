@@ -115,7 +115,9 @@ class Runtime:
     nv: Optional[bool] = None  # None: --nv exactly when GPUs are requested
     cache_dir: Optional[str] = None
     container_name: Optional[str] = None
-    data_path: Optional[str] = None
+    data_path: Optional[str] = None  # enroot: placeholders {user}, {uid}, {job_id} allowed
+    writable: bool = False  # enroot: a per-job writable copy instead of the shared read-only one
+    keep_old: int = 1  # enroot: containers of older images kept per node and user
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
+from launcher.ifname import SOCKET_IFNAME_PY
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Token, Var, resolve, word
 from launcher.model import JobSpec, SpecError
@@ -103,7 +104,7 @@ class Plan:
 
     @property
     def ranks_from_slurm(self) -> bool:
-        return self.task_env == SRUN_TASK_ENV
+        return self.task_env.startswith(RANKS_FROM_SLURM)
 
     @property
     def srun_tasks_per_node(self) -> int:
@@ -156,18 +157,25 @@ def _plan_torchrun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
 
 
 def _scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...]) -> List[Token]:
-    """bash -c "$task_env" task ARGV: outside the container (it needs the host's ip and
+    """bash -c "$task_env" task ARGV: outside the container (it uses the host's ip and
     getent) unless pyxis, which puts the whole task, bash included, in the image."""
     if rt.config.kind == "pyxis":
         return ["bash", "-c", TASK_ENV, "task", *spec.program]
     return ["bash", "-c", TASK_ENV, "task", *rt.wrap(spec.program, names)]
 
 
+def _task_env(rt: ContainerRuntime, script: str) -> str:
+    """Under pyxis the task script runs in the image, which may lack `ip` and `getent`:
+    the interface is found with the image's python3 instead (launcher/ifname.py)."""
+    return script.replace(SOCKET_IFNAME, SOCKET_IFNAME_PY) if rt.config.kind == "pyxis" \
+        else script
+
+
 def _plan_srun(spec: JobSpec, rt: ContainerRuntime) -> Plan:
     per_node = spec.launch.procs_per_node
     return Plan("srun", per_node, True, True, False, setup_argv(spec, rt),
                 tuple(srun_argv(spec, rt, per_node)),
-                tuple(_scripted_task(spec, rt, PER_TASK_NAMES)), SRUN_TASK_ENV,
+                tuple(_scripted_task(spec, rt, PER_TASK_NAMES)), _task_env(rt, SRUN_TASK_ENV),
                 spec.job.node_output is not None)
 
 
@@ -180,7 +188,7 @@ def _plan_horovod(spec: JobSpec, rt: ContainerRuntime) -> Plan:
         mpi = (f"--mpi={spec.launch.mpi_plugin}",)
         return Plan("horovod", per_node, True, True, False, setup_argv(spec, rt),
                     tuple(srun_argv(spec, rt, per_node, mpi)), task,
-                    MPI_TASK_ENV, spec.job.node_output is not None)
+                    _task_env(rt, MPI_TASK_ENV), spec.job.node_output is not None)
     _no_pyxis(spec, rt)
     return Plan("horovod", per_node, True, True, True, setup_argv(spec, rt),
                 tuple(mpirun_argv(per_node, NTASKS)), task, MPI_TASK_ENV, False)

@@ -8,27 +8,13 @@ shell tokens (launcher.shell) and never quotes anything itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Type, Union
+from typing import Dict, List, Optional, Sequence, Type, Union
 
-from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, word
+from launcher import enroot
+from launcher.shell import Assign, Raw, Statement, Token, Var, word
 from launcher.model import Bind, JobSpec, Runtime
 
 PWD = Var("PWD")
-
-# Runs once per node (srun --ntasks-per-node=1): create the Enroot container unless a
-# previous job already did. A node-local flock serialises the tasks of one node; when the
-# data path is shared, a concurrent creator elsewhere makes `create` fail with "exists",
-# which the final check accepts.
-ENROOT_SETUP = """set -euo pipefail
-image=$1 name=$2
-exists() { enroot list | grep -qxF -- "$name"; }
-if exists; then echo "enroot: reusing container $name on $(hostname)"; exit 0; fi
-exec 9>"/tmp/enroot-create-$name.lock"
-flock 9
-if exists; then exit 0; fi
-echo "enroot: creating container $name from $image on $(hostname)"
-enroot create --name "$name" -- "$image" || exists"""
-
 
 @dataclass(frozen=True)
 class ContainerRuntime:
@@ -96,41 +82,45 @@ class Apptainer(ContainerRuntime):
 
 class Enroot(ContainerRuntime):
     def batch_lines(self) -> List[Statement]:
-        image = self.config.image
-        assert image is not None  # the spec loader requires it
         out: List[Statement] = self.cwd_guard("[:space:]:,", "it contains whitespace, ':' or ','")
-        if self.config.data_path is not None:
-            out.append(Assign("ENROOT_DATA_PATH", self.config.data_path, export=True))
-        # The name carries the image's size and mtime, so a rebuilt image gets a fresh
-        # container while an unchanged one is reused by later jobs.
-        base = self.config.container_name or _stem(image)
-        out += [Assign("enroot_image", image),
-                Raw('enroot_stamp="$(stat -L -c %s-%Y -- "$enroot_image")"'),
-                Assign("enroot_name", word(base, "-", Var("enroot_stamp"))),
-                Raw("# shellcheck disable=SC2016  # expanded on each node, not here"),
-                Assign("enroot_setup", ENROOT_SETUP)]
-        if self.spec.env.passthrough:
-            out.append(collect_env("enroot_pass", self.spec.env.passthrough, "--env"))
+        path, lines = enroot.data_path_word(self.config.data_path or enroot.DEFAULT_DATA_PATH)
+        out += [Raw(line) for line in lines]
+        out.append(Assign("ENROOT_DATA_PATH", path, export=True))
+        out += _stamped_name(self.config.container_name, self.config.image)
+        run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \
+            else Var("enroot_name")
+        out += [Assign("enroot_run", run),
+                Raw("# shellcheck disable=SC2016  # expanded on each node and task, not here"),
+                Assign("enroot_setup", enroot.SETUP),
+                Raw("# shellcheck disable=SC2016"),
+                Assign("enroot_start", enroot.start_script(self._names()))]
         return out
+
+    def _names(self) -> List[str]:
+        """What reaches the container by name: Slurm's, the GPUs', every name the script
+        exports (env.set, site.env, the site's socket interface, the task script's, the
+        requeue protocol's) and env.pass."""
+        names = set(enroot.TASK_NAMES) | set(self.spec.env.names) \
+            | {n for n, _ in self.spec.site.env} | set(self._requeue_names())
+        if self.spec.site.socket_ifname:
+            names |= {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
+        return sorted(names | set(self.spec.env.passthrough))
 
     def setup_argv(self) -> List[Token]:
         return ["bash", "-c", Var("enroot_setup"), "enroot-setup", Var("enroot_image"),
-                Var("enroot_name")]
+                Var("enroot_name"), str(self.config.keep_old), Var("enroot_run")]
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
-        out: List[Token] = ["enroot", "start", "--root", "--rw"]
+        # Read-only unless runtime.writable (then a per-job copy): no job writes into a
+        # container that a later job starts.
+        out: List[Token] = ["bash", "-c", Var("enroot_start"), "enroot-start"]
+        if self.config.writable:
+            out.append("--rw")
         for bind in self.config.binds:
             out += ["--mount", _bind_text(bind, "none:x-create=auto,rbind,ro")]
         if self.config.bind_cwd:
             out += ["--mount", word(PWD, ":", PWD)]
-        # Enroot starts from the image's /etc/environment, not from the task's environment.
-        names = sorted(set(self.spec.env.names) | {n for n, _ in self.spec.site.env}
-                       | set(task_env) | set(self._requeue_names()))
-        for name in names:
-            out += ["--env", name]
-        if self.spec.env.passthrough:
-            out.append(Var("enroot_pass", array=True))
-        out += [Var("enroot_name"), "env", word("--chdir=", PWD)]
+        out += [Var("enroot_run"), "env", word("--chdir=", PWD)]
         return out + list(argv)
 
     @property
@@ -146,7 +136,13 @@ class Enroot(ContainerRuntime):
 
 class Pyxis(ContainerRuntime):
     def batch_lines(self) -> List[Statement]:
-        return self.cwd_guard("[:space:]:,", "it contains whitespace, ':' or ','")
+        out = self.cwd_guard("[:space:]:,", "it contains whitespace, ':' or ','")
+        local = _local_squashfs(self.config.image)
+        if local is not None:  # a registry image's name cannot carry a stamp
+            out += _stamped_name(self.config.container_name, local)
+        # pyxis hands the step's environment to Enroot's hooks: the GPUs Slurm gave the job on
+        # this node, never the image's `all`, `void` when none.
+        return out + [Raw('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}"')]
 
     def srun_flags(self) -> List[Token]:
         image = self.config.image
@@ -163,9 +159,24 @@ class Pyxis(ContainerRuntime):
                 parts += ["," if mounts else "", PWD, ":", PWD]
             out.append(word(*parts))
         out.append(word("--container-workdir=", PWD))
-        name = self.config.container_name or _stem(image)
-        out.append(f"--container-name={name}")
+        if _local_squashfs(image) is not None:
+            out.append(word("--container-name=", Var("enroot_name")))
+        else:
+            out.append(f"--container-name={self.config.container_name or _stem(image)}")
         return out
+
+
+def _local_squashfs(image: Optional[str]) -> Optional[str]:
+    return image if image and image.endswith((".sqsh", ".squashfs")) else None
+
+
+def _stamped_name(name: Optional[str], image: Optional[str]) -> List[Statement]:
+    """enroot_name=NAME-SIZE-MTIME: a rebuilt image gets a fresh container, an unchanged one
+    is reused by later jobs (both pyxis and Enroot keep named containers across jobs)."""
+    assert image is not None  # the spec loader requires it
+    return [Assign("enroot_image", image),
+            Raw('enroot_stamp="$(stat -L -c %s-%Y -- "$enroot_image")"'),
+            Assign("enroot_name", word(name or _stem(image), "-", Var("enroot_stamp")))]
 
 
 def _bind_text(bind: Bind, ro_flag: str) -> str:

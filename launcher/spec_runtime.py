@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple, cast
 
+from launcher.enroot import placeholder_problem
 from launcher.model import RUNTIME_KINDS, Bind, Runtime, RuntimeKind
 from launcher.yamlread import Reader
 
 _RUNTIME = {
     "bare": ("kind",),
     "apptainer": ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir"),
-    "enroot": ("kind", "image", "binds", "bind_cwd", "container_name", "data_path"),
+    "enroot": ("kind", "image", "binds", "bind_cwd", "container_name", "data_path", "writable",
+               "keep_old"),
     "pyxis": ("kind", "image", "binds", "bind_cwd", "container_name"),
 }
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
@@ -68,6 +70,8 @@ def load_runtime(r: Reader, value: Any) -> Runtime:
     data_path = r.opt_string("runtime.data_path", m.get("data_path"), newline=False)
     if data_path is not None and not data_path.startswith("/"):
         raise r.fail("runtime.data_path", "must be an absolute node-local path", data_path)
+    if data_path is not None and placeholder_problem(data_path):
+        raise r.fail("runtime.data_path", placeholder_problem(data_path), data_path)
     return Runtime(
         kind=cast(RuntimeKind, kind),
         image=_image(r, kind, m.get("image")),
@@ -78,6 +82,8 @@ def load_runtime(r: Reader, value: Any) -> Runtime:
         container_name=None if name is None else r.matching(
             "runtime.container_name", name, _CONTAINER_NAME, "letters, digits, '_', '.' or '-'"),
         data_path=data_path,
+        writable=r.boolean("runtime.writable", m.get("writable", False)),
+        keep_old=r.integer("runtime.keep_old", m.get("keep_old", 1), 0, 100),
     )
 
 

@@ -323,7 +323,22 @@ cmd_horovod() {
     commit_output "$out"
 }
 
-# Enroot accepts the SIF's root filesystem partition (a plain squashfs) as is.
+# Enroot accepts the SIF's root filesystem partition (a plain squashfs), but an ordinary
+# user's `enroot create` fails (unsquashfs exit 2, "could not create character device ...
+# because you're not superuser") on the device nodes a debootstrap base keeps in /dev. Images
+# that `enroot import` makes have none (Enroot binds the host's /dev), so they are left out.
+drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has device nodes
+    local sqsh=$1 dir
+    [ "$(unsquashfs -lls "$sqsh" | grep -c '^[cb]')" -gt 0 ] || return 0
+    dir=$(mktemp -d "$(dirname "$sqsh")/.enroot-tree.XXXXXX")
+    unsquashfs -q -f -d "$dir/root" "$sqsh" >/dev/null 2>&1 || die "unsquashfs $sqsh failed"
+    find "$dir/root/dev" -mindepth 1 -delete
+    rm -f "$sqsh"
+    mksquashfs "$dir/root" "$sqsh" -quiet -noappend -comp zstd -Xcompression-level 3 \
+        >/dev/null || die "mksquashfs of $sqsh failed"
+    rm -rf "$dir"
+}
+
 cmd_enroot() {
     local sif=${1:-$repo/image.sif} out=${2:-$repo/image.sqsh} id start
     check_apptainer
@@ -334,6 +349,7 @@ cmd_enroot() {
     [ -n "$id" ] || die "no squashfs root filesystem partition in $sif (apptainer sif list $sif)"
     tmp_out=$(dirname "$out")/.$(basename "$out").tmp.$$
     apptainer sif dump "$id" "$sif" >"$tmp_out" || die "apptainer sif dump $id $sif failed"
+    drop_devices "$tmp_out"
     commit_output "$out"
     record enroot_dump_s "$(elapsed "$start")"
 }

@@ -7,11 +7,14 @@ containers are created once and reused, and a failing task fails the job.
 """
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 import yaml
@@ -60,14 +63,21 @@ class Cluster:
 
 
 @pytest.fixture
-def fakes(tmp_path: Path) -> Cluster:
-    return Cluster(tmp_path)
+def fakes(tmp_path: Path) -> Iterator[Cluster]:
+    yield from _cleaned(Cluster(tmp_path))
 
 
 @pytest.fixture
-def plain_fakes(tmp_path: Path) -> Cluster:
+def plain_fakes(tmp_path: Path) -> Iterator[Cluster]:
     """Enroot and pyxis mounts cannot express whitespace: a submit dir without it."""
-    return Cluster(tmp_path, "submit_dir")
+    yield from _cleaned(Cluster(tmp_path, "submit_dir"))
+
+
+def _cleaned(cluster: Cluster) -> Iterator[Cluster]:
+    """The cluster, then its per-user Enroot data paths (node-local /tmp, as in the jobs) go."""
+    yield cluster
+    for path in fake.enroot_paths(cluster.env):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def job(name: str) -> Path:
@@ -125,7 +135,8 @@ def test_hostile_values_enroot_and_secrets_by_name_only(plain_fakes):
         assert rec["env"]["HOSTILE"] == HOSTILE_NL
         assert rec["env"]["NCCL_SECRET_TOKEN"] == "s3cr3t"  # passed by name (NCCL_*)
         assert rec["env"]["NCCL_DEBUG"] == "INFO"
-        assert "SLURM_JOB_NAME" not in rec["env"]  # Enroot only forwards what it is told
+        assert rec["env"]["SLURM_JOB_NAME"] == "t"  # Slurm's variables, as in Apptainer
+        assert "VIRTUAL_ENV" not in rec["env"]  # Enroot only forwards what it is told
 
 
 def test_node_count_comes_from_the_allocation(fakes):
@@ -222,27 +233,73 @@ def test_per_task_variables_unset_at_batch_scope_are_fine(fakes):
     assert done.returncode == 0, done.stderr
 
 
+def _containers(fakes: Cluster) -> List[str]:
+    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/data")  # ddp_enroot
+    return sorted(p.name for p in data.iterdir() if p.name != ".lock")
+
+
 def test_enroot_container_created_once_and_reused(plain_fakes):
     fakes = plain_fakes
     image = fakes.dir / "image.sqsh"
     image.write_text("squashfs v1")
+    os.utime(image, (1000, 1000))
     for _ in range(2):
         done = fakes.run(job("ddp_enroot"))
         assert done.returncode == 0, done.stderr
     creates = [r for r in fakes.records("enroot") if r["argv"][0] == "create"]
     assert len(creates) == 1  # first job, first node; the rest reuse it
-    name = creates[0]["argv"][2]
-    assert creates[0]["argv"] == ["create", "--name", name, "--", "image.sqsh"]
+    assert creates[0]["argv"][2].startswith(".partial-")  # renamed into place when complete
+    (name,) = _containers(fakes)
     starts = [r for r in fakes.records("enroot") if r["argv"][0] == "start"]
     assert len(starts) == 4 and all(name in r["argv"] for r in starts)
-    assert starts[0]["argv"][:6] == ["start", "--root", "--rw", "--mount",
-                                     f"{fakes.dir}:{fakes.dir}", name]
-    assert all(r["env"]["ENROOT_DATA_PATH"] == "/tmp/enroot-data" for r in starts)
+    assert "--rw" not in starts[0]["argv"] and "--root" not in starts[0]["argv"]
+    data = f"/tmp/enroot-{fakes.env['FAKE_USER']}/data"
+    assert all(r["env"]["ENROOT_DATA_PATH"] == data for r in starts)
     image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
-    os.utime(image, (1, 1))
+    os.utime(image, (2000, 2000))
     assert fakes.run(job("ddp_enroot")).returncode == 0
     creates = [r for r in fakes.records("enroot") if r["argv"][0] == "create"]
-    assert len(creates) == 2 and creates[1]["argv"][2] != name
+    assert len(creates) == 2 and name in _containers(fakes) and len(_containers(fakes)) == 2
+    image.write_text("squashfs v3")  # keep_old: 1 keeps one older image's container
+    os.utime(image, (3000, 3000))
+    assert fakes.run(job("ddp_enroot")).returncode == 0
+    assert len(_containers(fakes)) == 2 and name not in _containers(fakes)
+
+
+def test_enroot_kill_mid_create_leaves_nothing_a_job_uses(plain_fakes):
+    fakes = plain_fakes
+    (fakes.dir / "image.sqsh").write_text("squashfs")
+    script = job("ddp_enroot")
+    proc = subprocess.Popen(["bash", str(script)], cwd=fakes.dir, start_new_session=True,
+                            env=dict(fakes.env, SLURM_JOB_ID="41", SLURM_JOB_NAME="x",
+                                     SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="jwb0001",
+                                     SLURM_JOB_CPUS_PER_NODE="4", FAKE_ENROOT_CREATE_S="30"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/data")
+    for _ in range(100):
+        if data.is_dir() and any(p.name.startswith(".partial") for p in data.iterdir()):
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)  # scancel: every process of the step at once
+    proc.wait()
+    assert [p.name for p in data.iterdir() if p.name.startswith(".partial")]
+    assert not _containers(fakes)[1:] and not [n for n in _containers(fakes) if n[0] != "."]
+    done = fakes.run(script, nodes=1)
+    assert done.returncode == 0, done.stderr
+    assert "left by an interrupted create" in done.stdout
+    assert [n for n in _containers(fakes)] == [n for n in _containers(fakes) if n[0] != "."]
+    assert fakes.records("python3")
+
+
+def test_enroot_task_sees_slurm_and_gpu_variables(plain_fakes):
+    fakes = plain_fakes
+    (fakes.dir / "image.sqsh").write_text("squashfs")
+    done = fakes.run(job("ddp_enroot"), SLURM_JOB_GPUS="0,1,2,3", CUDA_VISIBLE_DEVICES="0,1,2,3")
+    assert done.returncode == 0, done.stderr
+    envs = sorted((r["env"] for r in fakes.records("torchrun_jsc")), key=lambda e: e["SLURM_NODEID"])
+    assert [e["SLURM_NODEID"] for e in envs] == ["0", "1"]
+    assert all(e["SLURM_JOB_ID"] == "4242" for e in envs)
+    assert "GLOO_SOCKET_IFNAME" not in envs[0]  # unset stays unset (--env NAME would empty it)
 
 
 def test_enroot_missing_image_fails_loudly(plain_fakes):
@@ -296,6 +353,7 @@ def test_mpirun_starts_one_torchrun_per_node(fakes):
 
 def test_pyxis_flags(plain_fakes):
     fakes = plain_fakes
+    (fakes.dir / "image.sqsh").write_text("squashfs")
     done = fakes.run(job("ddp_pyxis"))
     assert done.returncode == 0, done.stderr
     (srun,) = fakes.records("srun")
@@ -303,6 +361,8 @@ def test_pyxis_flags(plain_fakes):
     assert f"--container-image={d}/image.sqsh" in srun["argv"]
     assert f"--container-mounts={d}:{d}" in srun["argv"]
     assert f"--container-workdir={d}" in srun["argv"]
+    (name,) = [a for a in srun["argv"] if a.startswith("--container-name=")]
+    assert name.startswith("--container-name=image-8-")  # the image's stamp: size-mtime
 
 
 def test_failing_task_fails_the_job(fakes):

@@ -131,9 +131,10 @@ def test_each_mode_and_runtime_argv():
     assert mt.starter[:3] == ("mpirun", "-np", Var("nnodes")) and mt.task[0] == "torchrun_jsc"
     enroot = plan_launch(spec_of(base + "runtime: {kind: enroot, image: /i.sqsh, "
                                  "binds: [{source: /d, read_only: true}]}"))[1]
-    assert enroot.setup[-3:] == ("enroot-setup", Var("enroot_image"), Var("enroot_name"))
-    assert enroot.task[:6] == ("enroot", "start", "--root", "--rw", "--mount",
-                               "/d:/d:none:x-create=auto,rbind,ro")
+    assert enroot.setup[-5:] == ("enroot-setup", Var("enroot_image"), Var("enroot_name"), "1",
+                                 Var("enroot_run"))
+    assert enroot.task[:6] == ("bash", "-c", Var("enroot_start"), "enroot-start", "--mount",
+                               "/d:/d:none:x-create=auto,rbind,ro")  # read-only: no --rw
     pyxis = plan_launch(spec_of(base + "runtime: {kind: pyxis, image: nvcr.io#nv/pt:24.01}"))[1]
     assert "--container-image=nvcr.io#nv/pt:24.01" in pyxis.starter
     assert "--container-name=pt_24.01" in pyxis.starter

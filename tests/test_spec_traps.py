@@ -1,6 +1,7 @@
 """Ring 1: the spec traps of issue 10 (items 4 and 5). Each one either does what the user
 meant or is refused at `check` time with one line naming file, YAML path and value."""
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -139,8 +140,9 @@ def test_env_prepend_append_in_order_after_set():
 
 def test_enroot_forwards_edited_names():
     spec = parse(image("enroot", "i.sqsh") + "env: {prepend: {PATH: [/opt/bin]}}")
-    task = plan_launch(spec)[1].task
-    assert ("--env", "PATH") in zip(task, task[1:])
+    text = render_jobscript(spec)
+    forwarded = re.search(r'case "\$name" in (\S+)\) pass', text)[1].split("|")
+    assert "PATH" in forwarded and "SLURM_*" in forwarded
 
 
 def test_command_as_argv_and_mpi_plugin():
@@ -232,3 +234,22 @@ def test_submit_with_sbatch_log_options_leaves_the_check_to_sbatch(tmp_path, mon
     assert main(["submit", str(spec), "--", "-A", "p", "--output=o-%j.out"]) == 0
     assert calls == [["-A", "p", "--output=o-%j.out"]]
     assert main(["submit", str(spec), "--", "-A", "p"]) == 2  # the spec's logs/ is missing
+
+
+@pytest.mark.parametrize("path, msg", [
+    ("/tmp/enroot-$USER", "no shell expansion"),
+    ("/tmp/enroot-`id -u`", "no shell expansion"),
+    ("/tmp/enroot-{home}", "the only placeholders are {user}, {uid}, {job_id}"),
+    ("/tmp/enroot-{user", "the only placeholders are"),
+    ("tmp/enroot", "must be an absolute node-local path"),
+])
+def test_enroot_data_path_placeholders_only(path, msg):
+    with pytest.raises(SpecError, match=re.escape(msg)):
+        parse(ONE + f"runtime: {{kind: enroot, image: i.sqsh, data_path: '{path}'}}\n")
+
+
+def test_enroot_data_path_filled_in_on_the_node():
+    spec = parse(ONE + "runtime: {kind: enroot, image: i.sqsh, data_path: '/tmp/e-{user}/{job_id}'}\n")
+    text = render_jobscript(spec)
+    assert ('enroot_user="$(id -un)"\n'
+            'export ENROOT_DATA_PATH="/tmp/e-${enroot_user}/${SLURM_JOB_ID}"') in text

@@ -8,6 +8,8 @@ empty or unsatisfiable requirements file and --no-index), a fake `module` comman
 
 from __future__ import annotations
 
+import re
+
 import os
 import subprocess
 import sys
@@ -63,7 +65,9 @@ def test_site_env_is_exported_and_reaches_enroot_by_name():
     assert "\nexport NCCL_IB_GID_INDEX=3\n" in render_jobscript(s)
     enroot = parse_spec("job: {nodes: 1}\nsite: {env: {NCCL_IB_GID_INDEX: '3'}}\n"
                         "runtime: {kind: enroot, image: i.sqsh}\nprogram: [python3]\n", "e.yaml")
-    assert "--env NCCL_IB_GID_INDEX" in render_jobscript(enroot)
+    # Forwarded by name from each task (the enroot_start script's list), never by value.
+    names = re.search(r'case "\$name" in ([^)]*)\)', render_jobscript(enroot))
+    assert names and "NCCL_IB_GID_INDEX" in names.group(1).split("|")
 
 
 @pytest.mark.ring1

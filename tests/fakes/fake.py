@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +28,14 @@ TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchru
 # ip: node 0 owns 10.0.0.1 on ib0 and fd00::1 on ib6 (route type local); the others reach
 # them through ib0 and ib6. Anything else (127.0.1.1 included) is an error.
 SH_TOOLS = {
+    # The test's own user, so that the per-user data path (/tmp/enroot-{user}) is the test's.
+    "id": """\
+case "$*" in
+    -un|"-u -n") echo "$FAKE_USER" ;;
+    -u) echo "$FAKE_UID" ;;
+    *) exec /usr/bin/id "$@" ;;
+esac
+""",
     "getent": """\
 case "$2" in *i) [ -z "${FAKE_GETENT_FAIL:-}" ] || exit 2 ;; *) exit 2 ;; esac
 case "${FAKE_GETENT:-}" in
@@ -86,8 +95,14 @@ def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
         path = bin_dir / tool
         path.write_text("#!/bin/sh\n" + body)
         path.chmod(0o755)
+    user = f"fake{os.getpid()}x{os.urandom(3).hex()}"
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log_dir),
-            "FAKE_ENROOT_DATA": str(log_dir / "enroot-data")}
+            "FAKE_USER": user, "FAKE_UID": str(4_000_000 + int(user[-6:], 16))}
+
+
+def enroot_paths(env: Dict[str, str]) -> List[Path]:
+    """The per-user Enroot data paths a test's jobs may have made (for the test to remove)."""
+    return [Path(f"/tmp/enroot-{env['FAKE_USER']}"), Path(f"/tmp/enroot-{env['FAKE_UID']}")]
 
 
 def records(log_dir: Path, prog: str = "") -> List[dict]:
@@ -188,37 +203,45 @@ def apptainer(argv: List[str]) -> int:
 
 
 def enroot(argv: List[str]) -> int:
-    # Never the script's ENROOT_DATA_PATH (it is recorded): tests must not write outside tmp.
-    data = Path(os.environ["FAKE_ENROOT_DATA"])
+    """Like Enroot 4.1: containers are directories of ENROOT_DATA_PATH, listed (ls -1, dot
+    names hidden) while `create` still extracts, so a kill mid-create leaves a partial tree."""
+    data = Path(os.environ["ENROOT_DATA_PATH"])
     _record("enroot", argv)
     if argv[:1] == ["list"]:
         if data.is_dir():
-            print("\n".join(sorted(p.name for p in data.iterdir())))
+            print("\n".join(sorted(p.name for p in data.iterdir() if not p.name.startswith("."))))
+        return 0
+    if argv[:2] == ["remove", "-f"]:
+        for name in argv[2:]:
+            shutil.rmtree(data / name, ignore_errors=True)
         return 0
     if argv[:1] == ["create"]:
         opts, rest = _options(argv[1:], ("--name", "-n"))
         rest = rest[1:] if rest[:1] == ["--"] else rest
         target = data / opts["--name"]
         if target.exists():
-            print(f"File already exists: {target}", file=sys.stderr)
+            print(f"[ERROR] File already exists: {target}", file=sys.stderr)
             return 1
         if not Path(rest[0]).is_file():
-            print(f"No such file or directory: {rest[0]}", file=sys.stderr)
+            print(f"[ERROR] No such file or directory: {rest[0]}", file=sys.stderr)
             return 1
         target.mkdir(parents=True)
+        time.sleep(float(os.environ.get("FAKE_ENROOT_CREATE_S", "0")))
+        (target / "etc").mkdir()  # the last thing extracted: a complete tree has it
         return 0
     if argv[:1] == ["start"]:
         opts, rest = _options(argv[1:], ("--mount", "--env", "-m", "-e"))
         name, cmd = rest[0], rest[1:]
-        if not (data / name).is_dir():
-            print(f"No such file or directory: {data / name}", file=sys.stderr)
+        if not (data / name / "etc").is_dir():
+            print(f"[ERROR] No such file or directory: {data / name}", file=sys.stderr)
             return 1
-        # Like Enroot: the container sees only the variables named with --env.
+        # Like Enroot: the container sees only the variables named with --env, and a name
+        # that is not set arrives set to the empty string.
         env = {k: os.environ[k] for k in ("PATH", "FAKE_LOG", "FAKE_ENROOT_DATA",
                                           "FAKE_PROGRAM_RC", "FAKE_PROGRAM") if k in os.environ}
         for item in opts.get("--env", "").split("\0"):
-            if item and item in os.environ:
-                env[item] = os.environ[item]
+            if item:
+                env[item] = os.environ.get(item, "")
         return subprocess.run(cmd, env=env, check=False).returncode
     return 1
 
@@ -283,6 +306,9 @@ def _slurm_argument(line: str) -> str:
 def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
     _record(prog, argv)
+    if prog == "python3" and argv[:1] == ["-"]:  # pyxis' interface probe (launcher/ifname.py)
+        print(os.environ.get("FAKE_IFNAME", "ib0"))
+        return 0
     if prog.startswith("torchrun") and "--no-python" in argv:
         cmd = argv[argv.index("--no-python") + 1:]
         env = dict(os.environ, RANK="0", LOCAL_RANK="0")

@@ -1,0 +1,123 @@
+"""Enroot's run-time scripts and the data-path placeholders, for launcher.runtimes.
+
+Where it sits: spec -> **runtimes (enroot)** + plans -> jobscript text. The scripts are
+constants run with ``bash -c SCRIPT NAME ARGS...``: on each node once (create) and in each
+task (start), so per-node and per-task values expand where they exist, never at batch scope.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Sequence, Tuple, Union
+
+from launcher.shell import Var, Word, case_patterns, word
+
+# The data path may name the user and the job through these placeholders only; the script
+# fills them in on the node (never through a shell expansion written in the spec).
+PLACEHOLDERS = {"user": Var("enroot_user"), "uid": Var("enroot_uid"),
+                "job_id": Var("SLURM_JOB_ID")}
+PLACEHOLDER_LINES = {"user": 'enroot_user="$(id -un)"', "uid": 'enroot_uid="$(id -u)"'}
+DEFAULT_DATA_PATH = "/tmp/enroot-{uid}/data"  # node-local and per user; the lock lives there
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def placeholder_problem(text: str) -> str:
+    """Why ``text`` is not a valid data path, or '' when it is."""
+    if any(c in text for c in "$`\\"):
+        return "no shell expansion ('$', '`', '\\'): name the user or job with " + \
+            ", ".join("{%s}" % k for k in PLACEHOLDERS)
+    unknown = [m for m in _FIELD.findall(text) if m not in PLACEHOLDERS]
+    if unknown or "{" in _FIELD.sub("", text) or "}" in _FIELD.sub("", text):
+        return "the only placeholders are " + ", ".join("{%s}" % k for k in PLACEHOLDERS)
+    return ""
+
+
+def data_path_word(text: str) -> Tuple[Word, List[str]]:
+    """The data path as a run-time word, and the batch lines its placeholders need."""
+    parts: List[Union[str, Var]] = []
+    used: List[str] = []
+    for i, piece in enumerate(_FIELD.split(text)):
+        if i % 2 == 0:
+            parts.append(piece)
+        else:
+            parts.append(PLACEHOLDERS[piece])
+            if piece in PLACEHOLDER_LINES and PLACEHOLDER_LINES[piece] not in used:
+                used.append(PLACEHOLDER_LINES[piece])
+    return word(*parts), used
+
+
+# Once per node (srun --ntasks-per-node=1). A container only ever appears under its real name
+# by an atomic rename of a finished tree, so a kill at any moment leaves at most a
+# ".partial-HOST-..." directory (hidden from `enroot list`, never started) that the next job
+# on that node removes under the lock. The lock is in the data path (per user, node-local);
+# on a shared data path the rename decides: the loser removes its copy. Containers of older
+# images (same name, older stamp) are removed beyond the newest KEEP.
+SETUP = r"""set -euo pipefail
+image=$1 name=$2 keep=$3 run=$4
+data=$ENROOT_DATA_PATH host=$(hostname)
+umask 077
+mkdir -p -- "$data"
+exec 9>"$data/.lock"
+flock 9
+for left in "$data/.partial-$host-"*; do
+    [ -e "$left" ] || continue
+    echo "enroot: removing ${left##*/}, left by an interrupted create on $host"
+    enroot remove -f "${left##*/}" >/dev/null
+done
+publish() {  # publish TMP NAME: rename into place; false if another creator got there first
+    mv -T -- "$data/$1" "$data/$2" 2>/dev/null && return 0
+    enroot remove -f "$1" >/dev/null
+    [ -d "$data/$2" ]
+}
+if [ -d "$data/$name" ]; then
+    echo "enroot: reusing container $name on $host"
+else
+    echo "enroot: creating container $name from $image on $host"
+    enroot create --name ".partial-$host-$$" -- "$image" >/dev/null
+    publish ".partial-$host-$$" "$name"
+fi
+if [ "$run" != "$name" ]; then
+    echo "enroot: per-job writable container $run on $host"
+    cp -a --reflink=auto -- "$data/$name" "$data/.partial-$host-$$-run"
+    publish ".partial-$host-$$-run" "$run"
+fi
+base=${name%-*-*}
+running=$(squeue -h -u "$(id -un)" -o %i 2>/dev/null) || running=unknown
+shopt -s extglob nullglob
+old=()
+for dir in "$data/$base"-+([0-9])-+([0-9]) "$data/$base"-+([0-9])-+([0-9]).job+([0-9]); do
+    dir=${dir##*/}
+    case "$dir" in
+        "$name"|"$run") ;;
+        *.job*)  # a per-job container whose job has ended
+            [ "$running" = unknown ] || grep -qxF "${dir##*.job}" <<<"$running" ||
+                enroot remove -f "$dir" >/dev/null ;;
+        *) old+=("${dir##*-} $dir") ;;
+    esac
+done
+for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | cut -d" " -f2); do
+    echo "enroot: removing $dir (an older image) on $host"
+    enroot remove -f "$dir" >/dev/null
+done"""
+
+
+def start_script(names: Sequence[str]) -> str:
+    """Run in each task: forward by name the variables of ``names`` (names or PREFIX*) that
+    are set in this task (`--env NAME` of an unset NAME would set it empty), and give the
+    container exactly the GPUs Slurm gave the task (`void` when none, never `all`)."""
+    return ("set -euo pipefail\n"
+            'export NVIDIA_VISIBLE_DEVICES="${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-void}}"\n'
+            "pass=()\n"
+            "for name in $(compgen -e); do\n"
+            f'    case "$name" in {case_patterns(names)}) pass+=(--env "$name") ;; esac\n'
+            "done\n"
+            'exec enroot start "${pass[@]}" "$@"')
+
+
+# Always forwarded: Slurm's variables (per-task ones included) and the GPU selection.
+# Always forwarded when set in the task: Slurm's variables (per-task ones included), the GPU
+# selection, and what the kit's task scripts export (ranks, rendezvous, socket interfaces).
+TASK_NAMES = ("SLURM_*", "SLURMD_NODENAME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+              "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "RANK", "LOCAL_RANK",
+              "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME",
+              "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Real Enroot and pyxis for the local cluster (the lab only; the kit itself never needs this).
+# Idempotent; root only. Called by `make setup` (so by `make test` and `make demo`).
+#
+# Neither is packaged for Debian or on PyPI: the lab keeps unmodified upstream builds in
+# ../shared/tools/enroot-pyxis beside the checkout. Without that folder this says so in one
+# line and changes nothing; the Enroot ring-3 tests then fail saying what is missing.
+#
+# What it changes:
+#   - ../shared/tools/enroot-pyxis/install.sh: /usr/bin/enroot*, /usr/lib/enroot, /etc/enroot,
+#     the pyxis plugin and /etc/slurm/plugstack.conf.d/pyxis.conf (slurmd and srun load it at
+#     start: restart the cluster if it was up: cluster.sh down && cluster.sh up);
+#   - /etc/enroot/enroot.conf.d/90-torchrun-jsc-lab.conf: every node's Enroot paths under its
+#     own /tmp, per user. pyxis removes ENROOT_DATA_PATH & co. from the job's environment
+#     before it runs enroot, so only Enroot's config can give the nodes separate paths (the
+#     nodes share every other directory of this machine; two nodes unpacking into one
+#     directory fail with "create_inode: ... File exists");
+#   - /usr/local/bin/nvidia-container-cli, only when none is installed: the lab's nodes have
+#     fake GPUs (scripts/cluster.sh), and Enroot's nvidia hook runs this tool whenever a task
+#     was given GPUs. The stand-in says which devices the hook asked for and maps nothing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+tools=${ENROOT_PYXIS_TOOLS:-$here/../shared/tools/enroot-pyxis}
+conf=/etc/enroot/enroot.conf.d/90-torchrun-jsc-lab.conf
+stub=/usr/local/bin/nvidia-container-cli
+
+if [ ! -x "$tools/install.sh" ]; then
+    echo "enroot-setup: no $tools/install.sh (the lab's Enroot/pyxis builds): Enroot and pyxis not installed"
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || { echo "enroot-setup: must run as root" >&2; exit 1; }
+had_pyxis=0
+[ -f /usr/local/lib/slurm/spank_pyxis.so ] && had_pyxis=1
+bash "$tools/install.sh"
+
+mkdir -p "$(dirname "$conf")"
+cat >"$conf.tmp" <<'CONF'
+# torchrun-jsc-kit lab (scripts/enroot-setup.sh): each node has its own /tmp; per user.
+ENROOT_DATA_PATH    /tmp/enroot-${UID}/data
+ENROOT_RUNTIME_PATH /tmp/enroot-${UID}/run
+ENROOT_CACHE_PATH   /tmp/enroot-${UID}/cache
+CONF
+mv -f "$conf.tmp" "$conf"
+
+if ! command -v nvidia-container-cli >/dev/null; then
+    cat >"$stub.tmp" <<'STUB'
+#!/bin/sh
+# torchrun-jsc-kit lab stand-in (scripts/enroot-setup.sh): this machine has no GPUs.
+for arg; do case "$arg" in --device=*) echo "lab nvidia-container-cli: devices ${arg#--device=} (none mapped)" >&2 ;; esac; done
+exit 0
+STUB
+    chmod 0755 "$stub.tmp" && mv -f "$stub.tmp" "$stub"
+fi
+if [ "$had_pyxis" = 0 ] && [ -f /usr/local/lib/slurm/spank_pyxis.so ] && pgrep -x slurmd >/dev/null; then
+    echo "enroot-setup: pyxis newly installed while the cluster runs: restart it (scripts/cluster.sh down; scripts/cluster.sh up)"
+fi
