@@ -192,8 +192,9 @@ setup_node_net() {  # setup_node_net K
 }
 
 # run_in_ns PIDFILE LOG NETNS HOSTNAME CMD...: start CMD in the foreground of a new UTS + mount
-# namespace (hostname set, its private /etc/hosts bound, its own /tmp), detached, and record
-# its PID.
+# namespace (hostname set, its private /etc/hosts bound, its own /tmp), detached, in /, and
+# record its PID. In /: a daemon started from a directory that is later removed (a test's
+# temporary one) made slurmstepd fail "Unable to get current working directory".
 run_in_ns() {
     local pidfile=$1 log=$2 netns=$3 hostname=$4; shift 4
     local enter=() tmp
@@ -204,7 +205,7 @@ run_in_ns() {
     # nsenter (no pid ns) and unshare (no --fork) exec in place, so $! ends up as the daemon's PID.
     # shellcheck disable=SC2016  # $1.. expand in the inner sh
     setsid "${enter[@]}" unshare --uts --mount --propagation slave -- \
-        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /tmp &&
+        sh -c 'cd / && hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /tmp &&
                shift 3 && exec "$@"' \
         sh "$hostname" "$state/hosts-$hostname" "$tmp" "$@" </dev/null >>"$log" 2>&1 9>&- &
     echo $! >"$pidfile"

@@ -133,16 +133,21 @@ def test_enroot_squashfs_lists_launcher_and_environment(image: Path) -> None:
 
 
 def test_enroot_like_start_runs_torchrun_jsc(image: Path) -> None:
-    """What `enroot create` + `enroot start` do, without Enroot (not installable here):
-    unpack the squashfs, start with an empty environment plus the image's /etc/environment."""
+    """What `enroot create` + `enroot start` do, without Slurm or Enroot (quick; the real
+    Enroot runs in test_e2e_enroot.py): unpack the squashfs, bind the host's /dev as Enroot
+    does (the image carries no device nodes), start with an empty environment plus the
+    image's /etc/environment."""
     make("enroot-image")
     top = Path(tempfile.mkdtemp(prefix="enroot-like-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     try:
         r = run(["unsquashfs", "-q", "-d", str(top / "rootfs"), str(SQSH)], timeout=300)
         assert r.returncode == 0, r.stderr
         env_lines = (top / "rootfs" / "etc" / "environment").read_text().split()
-        r = run(["env", "-i", *env_lines, "chroot", str(top / "rootfs"), "torchrun_jsc", "--help"],
-                timeout=120)
+        (top / "rootfs" / "dev").mkdir(exist_ok=True)
+        start = 'mount --rbind /dev "$1/dev" && shift && exec "$@"'
+        r = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", start, "sh",
+                 str(top / "rootfs"), "env", "-i", *env_lines, "chroot", str(top / "rootfs"),
+                 "torchrun_jsc", "--help"], timeout=120)
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("usage: torchrun_jsc")
     finally:
