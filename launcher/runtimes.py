@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Type, Union
 
 from launcher import enroot
+from launcher.requeue import MARKER_ENV, SIGNAL_ENV
+from launcher.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, word
 from launcher.model import Bind, JobSpec, Runtime
 
@@ -131,7 +133,7 @@ class Enroot(ContainerRuntime):
         # Exported by launcher.requeue_script; read by torchrun_jsc and launcher.requeue.
         if self.spec.job.requeue is None:
             return ()
-        return ("REQUEUE_MARKER", "REQUEUE_SIGNAL", "TORCHRUN_JSC_FORWARD_SIGNALS")
+        return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)
 
 
 class Pyxis(ContainerRuntime):
