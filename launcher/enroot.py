@@ -120,7 +120,10 @@ fi
 umask 077
 exec 9>"/tmp/.torchrun-jsc-pyxis-$(id -u).lock"
 flock 9
-export NVIDIA_VISIBLE_DEVICES=void  # no GPU hook for the set-up's own starts
+# The set-up's own starts: no GPU hook, and not this step's PMIx (Enroot's PMI hook would
+# mount the set-up step's PMIx directories, which a step without MPI does not have).
+export NVIDIA_VISIBLE_DEVICES=void
+unset "${!PMIX_@}" "${!PMI_@}"
 have() { enroot list | grep -qxF -- "$1"; }
 if have "$name"; then
     if enroot start -- "$name" sh -c '[ -e "$1" ]' check MARKER 2>/dev/null; then
