@@ -153,3 +153,20 @@ TORCHRUN_KEYS = {
 
 def processes(n: int) -> str:
     return f"{n} process{'es' if n != 1 else ''}"
+
+
+# Task script without rank variables: the per-node launcher (accelerate, deepspeed) sets
+# them for its workers; only the socket interface is picked, towards MASTER_ADDR.
+IFNAME_TASK_ENV = SOCKET_IFNAME + EXEC_ARGV
+
+
+def node_argv(rt: ContainerRuntime, spec: JobSpec, script: Var, name: str,
+              head: Sequence[Token], launcher: Sequence[Token]) -> List[Token]:
+    """One task per node: the host-side task script (socket interface), then, in the
+    container, ``bash -c "$SCRIPT" NAME HEAD... N LAUNCHER... PROGRAM...``: SCRIPT gets the
+    launcher's word count N so that it can insert per-node options (expanded on the node,
+    e.g. --machine_rank "$SLURM_NODEID") between the launcher and the program, which thus
+    reaches the program unchanged."""
+    inner: List[Token] = ["bash", "-c", script, name, *head, str(len(launcher)), *launcher,
+                          *spec.program]
+    return scripted_task(spec, rt, IFNAME_NAMES, inner)
