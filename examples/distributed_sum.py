@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import Mapping, Optional, Sequence
 
 SUMMARY_PREFIX = "SUM_SUMMARY "
@@ -77,7 +78,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     total = torch.tensor([rank + 1], dtype=torch.int64, device=device)
     dist.all_reduce(total)
     if args.kill_rank == rank:
-        print(f"rank {rank}: killing myself (--kill-rank)", flush=True)
+        print(f"rank {rank}: killing myself (--kill-rank) at unix time {time.time():.3f}",
+              flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     hosts: list = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
