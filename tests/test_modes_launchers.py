@@ -7,8 +7,11 @@ should, for bare, Apptainer, Enroot and pyxis."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Iterator
@@ -173,3 +176,34 @@ def test_a_failing_node_fails_the_job(fakes, mode):
     script = fakes.render(spec_text(mode, RUNTIMES["apptainer"]))
     done = fakes.run(script, FAKE_PROGRAM_RC="3")
     assert done.returncode == 3, done.stderr
+
+
+@pytest.mark.ring2
+def test_accelerate_never_reads_the_users_config(tmp_path):
+    """The real accelerate (venv), two nodes simulated on this machine by the rendered node
+    script: a user config that accelerate would refuse (unknown key) is never read."""
+    from launcher.modes.accelerate import NODE_SCRIPT
+    bindir = Path(sys.executable).parent
+    stale = tmp_path / "hf" / "accelerate" / "default_config.yaml"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\n"
+                     "num_processes: 1\nstale_key_from_an_old_version: 1\n")
+    port = str(20000 + os.getpid() % 20000)
+    procs = []
+    for node in ("0", "1"):
+        env = dict(os.environ, SLURM_NODEID=node, GLOO_SOCKET_IFNAME="lo",
+                   HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT),
+                   PATH=f"{bindir}:{os.environ['PATH']}")
+        argv = ["bash", "-c", NODE_SCRIPT, "accelerate-node", "", "1", "9", "accelerate",
+                "launch", "--multi_gpu", "--num_machines=2", "--num_processes=4",
+                "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
+                "--rdzv_backend=static", "--no_python", sys.executable, "-u",
+                str(ROOT / "examples/distributed_sum.py"), "a b"]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    [line] = [x for x in outs[0].splitlines() if x.startswith("SUM_SUMMARY ")]
+    summary = json.loads(line.split(" ", 1)[1])
+    assert (summary["world_size"], summary["sum"], summary["launcher"]) == (4, 10, "accelerate")
+    assert summary["argv"] == ["a b"]
