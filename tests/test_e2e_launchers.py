@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_e2e_jobs import make
+from tests.test_e2e_jobs import make, run_checked_in
 
 pytestmark = pytest.mark.ring3
 
@@ -59,19 +59,27 @@ def run_spec(cluster, shared_tmp: Path, name: str, mode: str, runtime: dict, arg
 HOSTILE = ["a b", "$(touch pwned)", "*", ""]
 
 
-@pytest.mark.parametrize("runtime", ["bare", "apptainer"])
-@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
-def test_sum_is_right_on_two_nodes(cluster, shared_tmp, request, mode, runtime):
-    rt = {"kind": "bare"} if runtime == "bare" else \
-        {"kind": "apptainer", "image": request.getfixturevalue("launchers_image")}
-    res = run_spec(cluster, shared_tmp, f"sum-{mode}-{runtime}", mode, rt, HOSTILE)
+def check_sum(res, mode: str, argv: list) -> None:
     assert res.state == "COMPLETED", res.output
     [summary] = sum_summaries(res.output)
     assert (summary["world_size"], summary["sum"], summary["ok"]) == (4, 10, True), summary
     assert summary["launcher"] == mode and summary["backend"] == "gloo"
     assert summary["hosts"] == ["jwb0001", "jwb0002"]
-    assert summary["argv"] == HOSTILE
+    assert summary["argv"] == argv
+
+
+@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
+def test_sum_bare_with_hostile_args(cluster, shared_tmp, mode):
+    res = run_spec(cluster, shared_tmp, f"sum-{mode}-bare", mode, {"kind": "bare"}, HOSTILE)
+    check_sum(res, mode, HOSTILE)
     assert not list(REPO.glob("pwned*"))
+
+
+@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
+def test_checked_in_sum_job_in_apptainer(cluster, shared_tmp, launchers_image, mode):
+    """jobs/sum_MODE.job as checked in (launchers.sif), submitted from the repository root."""
+    res = run_checked_in(cluster, shared_tmp, REPO / "jobs" / f"sum_{mode}.job")
+    check_sum(res, mode, [])
 
 
 @pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])

@@ -207,3 +207,9 @@ def test_accelerate_never_reads_the_users_config(tmp_path):
     summary = json.loads(line.split(" ", 1)[1])
     assert (summary["world_size"], summary["sum"], summary["launcher"]) == (4, 10, "accelerate")
     assert summary["argv"] == ["a b"]
+
+
+@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
+def test_requeue_is_refused(mode):
+    assert error(f"job: {{nodes: 2, time: '1:00:00', requeue: true}}\nlaunch: {{mode: {mode}}}\n"
+                 "program: [p]").startswith(f"x.yaml: job.requeue: mode {mode}: ")

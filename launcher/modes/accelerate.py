@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping
 from launcher.model import JobSpec, SpecError
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
-    RDZV_PORT, node_argv, processes, setup_argv, srun_argv, task_env_for
+    RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -60,6 +60,7 @@ class Accelerate(LaunchMode):
                                         newline=False)}
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
+        no_requeue(spec, "accelerate launch")
         launch = spec.launch
         if spec.job.nodes * launch.procs_per_node < 2:
             raise SpecError(spec.source, "launch.procs_per_node", "mode accelerate starts at "

@@ -170,3 +170,12 @@ def node_argv(rt: ContainerRuntime, spec: JobSpec, script: Var, name: str,
     inner: List[Token] = ["bash", "-c", script, name, *head, str(len(launcher)), *launcher,
                           *spec.program]
     return scripted_task(spec, rt, IFNAME_NAMES, inner)
+
+
+def no_requeue(spec: JobSpec, launcher: str) -> None:
+    """job.requeue signals every process of the step (scancel --signal): a launcher that does
+    not catch the signal dies of it, and with it the node's workers."""
+    if spec.job.requeue is not None:
+        raise SpecError(spec.source, "job.requeue", f"mode {spec.launch.mode}: {launcher} "
+                        "does not survive the checkpoint signal that job.requeue sends to "
+                        "every process; use mode torchrun or srun for requeued jobs")
