@@ -179,9 +179,10 @@ def test_a_failing_node_fails_the_job(fakes, mode):
 
 
 @pytest.mark.ring2
-def test_accelerate_never_reads_the_users_config(tmp_path):
+def test_accelerate_isolated_config_and_cpu(tmp_path):
     """The real accelerate (venv), two nodes simulated on this machine by the rendered node
-    script: a user config that accelerate would refuse (unknown key) is never read."""
+    script, examples/accelerate_gather.py: a user config that accelerate would refuse
+    (unknown key) is never read, and Accelerator sees all 4 processes on CPU."""
     from launcher.modes.accelerate import NODE_SCRIPT
     bindir = Path(sys.executable).parent
     stale = tmp_path / "hf" / "accelerate" / "default_config.yaml"
@@ -198,15 +199,16 @@ def test_accelerate_never_reads_the_users_config(tmp_path):
                 "launch", "--multi_gpu", "--num_machines=2", "--num_processes=4",
                 "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
                 "--rdzv_backend=static", "--no_python", sys.executable, "-u",
-                str(ROOT / "examples/distributed_sum.py"), "a b"]
+                str(ROOT / "examples/accelerate_gather.py")]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    [line] = [x for x in outs[0].splitlines() if x.startswith("SUM_SUMMARY ")]
+    [line] = [x for x in outs[0].splitlines() if x.startswith("ACCEL_SUMMARY ")]
     summary = json.loads(line.split(" ", 1)[1])
-    assert (summary["world_size"], summary["sum"], summary["launcher"]) == (4, 10, "accelerate")
-    assert summary["argv"] == ["a b"]
+    # ACCELERATE_USE_CPU=1 from the node script: one MULTI_CPU job of 4, not 4 jobs of 1.
+    assert summary["num_processes"] == 4 and summary["gathered"] == [1, 2, 3, 4], summary
+    assert summary["distributed_type"] == "MULTI_CPU" and summary["ok"] is True
 
 
 @pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
