@@ -1,4 +1,5 @@
-"""Recording fakes of srun, scontrol, sbatch, apptainer, enroot, mpirun, torchrun_jsc, python3.
+"""Recording fakes of srun, scontrol, sbatch, apptainer, enroot, mpirun, torchrun_jsc, python3,
+accelerate, deepspeed.
 
 Helper for ring 2: `install(bin_dir, log_dir)` writes one small sh
 wrapper per tool into bin_dir that runs this file with the tool's name. Every call appends
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
-         "torchrun", "python3", "module", "scancel")
+         "torchrun", "python3", "module", "scancel", "accelerate", "deepspeed")
 # Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
 # seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve, to
 # 10.0.0.1, or as FAKE_GETENT says: loopback_first (Debian: 127.0.1.1 first), dual (AAAA
@@ -321,6 +322,23 @@ def recorder(prog: str, argv: List[str]) -> int:
     return _program() if prog == "python3" else int(os.environ.get("FAKE_PROGRAM_RC", "0"))
 
 
+# The per-node option each launcher gets last, after which the program's argv starts.
+_LAST_OPTION = {"accelerate": "--machine_rank", "deepspeed": "--node_rank"}
+
+
+def per_node_launcher(prog: str, argv: List[str]) -> int:
+    """accelerate/deepspeed: record argv and the per-job file's text (config, hostfile), then
+    run the program once, after the launcher's last per-node option and its value."""
+    path_option = "--config_file" if prog == "accelerate" else "--hostfile"
+    path = argv[argv.index(path_option) + 1] if path_option in argv else ""
+    text = Path(path).read_text() if path and Path(path).is_file() else None
+    _record(prog, argv, {"file": text, "accelerate_use_cpu":
+                         os.environ.get("ACCELERATE_USE_CPU")})
+    cmd = argv[argv.index(_LAST_OPTION[prog]) + 2:]
+    env = dict(os.environ, RANK="0", LOCAL_RANK="0")
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
 def _program() -> int:
     """The program's side of job.requeue, as FAKE_PROGRAM says: 'stop' checkpoints at once,
     'wait_signal' only after the trap's scancel --signal (FAKE_LOG/scancel.signal)."""
@@ -351,6 +369,8 @@ def main() -> int:
                 "enroot": enroot, "sbatch": sbatch, "scancel": scancel}
     if prog in handlers:
         return handlers[prog](argv)
+    if prog in _LAST_OPTION:
+        return per_node_launcher(prog, argv)
     return recorder(prog, argv)
 
 
