@@ -48,7 +48,7 @@ def check(p: subprocess.CompletedProcess, summary: dict, in_container: bool) -> 
     ranks = [ln for ln in p.stdout.splitlines() if ln.startswith("rank ")]
     assert len(ranks) == 4 and all("sum 10 (expected 10) via jwb0001i" in ln for ln in ranks)
     # Each node picked the interface that routes to jwb0001i: its own `i` interface.
-    assert {ln.split()[2]: ln.split()[-1] for ln in ranks} == {"jwb0001:": "jwb0001i",
+    assert {ln.split()[3]: ln.split()[-1] for ln in ranks} == {"jwb0001:": "jwb0001i",
                                                                 "jwb0002:": "jwb0002i"}
 
 
