@@ -139,8 +139,10 @@ def setup_argv(spec: JobSpec, runtime: ContainerRuntime) -> Tuple[Token, ...]:
     inner = runtime.setup_argv()
     if not inner:
         return ()
-    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), "--ntasks-per-node=1",
-            *inner)
+    # --ntasks too: the job's SLURM_NTASKS (srun and horovod modes) would otherwise override
+    # --ntasks-per-node=1 ("can't honor --ntasks-per-node") and start the set-up per task.
+    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), word("--ntasks=", NNODES),
+            "--ntasks-per-node=1", *inner)
 
 
 def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:

@@ -206,7 +206,9 @@ def apptainer(argv: List[str]) -> int:
 def enroot(argv: List[str]) -> int:
     """Like Enroot 4.1: containers are directories of ENROOT_DATA_PATH, listed (ls -1, dot
     names hidden) while `create` still extracts, so a kill mid-create leaves a partial tree."""
-    data = Path(os.environ["ENROOT_DATA_PATH"])
+    # Without ENROOT_DATA_PATH (pyxis drops it) Enroot's config names the path: per user here.
+    data = Path(os.environ.get("ENROOT_DATA_PATH")
+                or f"/tmp/enroot-{os.environ['FAKE_USER']}/config-data")
     _record("enroot", argv)
     if argv[:1] == ["list"]:
         if data.is_dir():
@@ -243,6 +245,9 @@ def enroot(argv: List[str]) -> int:
         for item in opts.get("--env", "").split("\0"):
             if item:
                 env[item] = os.environ.get(item, "")
+        # No root filesystem of its own: paths under the container's / that the kit's
+        # scripts name as arguments (the pyxis set-up's marker) point into the tree.
+        cmd = [str(data / name / a[1:]) if a.startswith("/.torchrun-jsc") else a for a in cmd]
         return subprocess.run(cmd, env=env, check=False).returncode
     return 1
 
