@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-fast torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-fast torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -86,6 +86,9 @@ enroot-image: image.sqsh
 horovod.sqsh: horovod.sif
 	$(BUILD_IMAGE) enroot horovod.sif horovod.sqsh
 horovod-enroot-image: horovod.sqsh
+launchers.sqsh: launchers.sif
+	$(BUILD_IMAGE) enroot launchers.sif launchers.sqsh
+launchers-enroot-image: launchers.sqsh
 
 # --- Jobscripts (launcher composer, README.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).

@@ -55,7 +55,8 @@ def distributed_sum() -> Dict[str, Any]:
             "backend": backend, "host": socket.gethostname(),
             "master_addr": os.environ["MASTER_ADDR"],
             "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME", ""),
-            "in_container": os.path.exists("/.singularity.d"),
+            # The images install torch with the system's pip; a bare run has the venv's.
+            "in_container": os.path.exists("/.singularity.d") and torch.__file__.startswith("/usr/"),
             "torch": torch.__version__}
 
 

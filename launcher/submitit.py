@@ -10,6 +10,9 @@ MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule
 (launcher.plans.SOCKET_IFNAME). Those are set by the composer's task script, in each task,
 before Python starts: submitit's ``python`` command becomes
 ``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
+Containers: Apptainer (the folder bound at its own path) and Enroot (the composer's per-node
+create step as an srun before submitit's; submitit's variables forwarded by name); pyxis
+is refused (see UNSUPPORTED).
 
 ``submitit_plan`` is pure (parameters and shell text); ``executor_for`` only adds the
 import of submitit and the executor object. Do not call submitit's
@@ -36,22 +39,24 @@ try:  # the launch modes' shared pieces (launcher/modes/common.py once modes are
         SOCKET_IFNAME
 except ImportError:
     from launcher.plans import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, SOCKET_IFNAME
-from launcher.runtimes import runtime_for
-from launcher.shell import Assign, Raw, Statement, join, render_statement
+from launcher.runtimes import ContainerRuntime, runtime_for
+from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
 from launcher.spec import load_spec
 
 TASK_ENV_VAR = "submitit_task_env"
 TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
 # Runtimes submitit cannot start, and why (one line each, for the SpecError).
 UNSUPPORTED = {
-    "enroot": "the enroot runtime needs a per-node container set-up step before the tasks "
-              "start (enroot create), which submitit's single srun has no place for; use "
-              "runtime kind apptainer, or the composer (jsc-compose) for Enroot",
     "pyxis": "pyxis takes the container through srun flags, and submitit writes its srun "
-             "flags shell-quoted, so the per-job container name and the $PWD mount the "
-             "composer uses cannot be expanded there; use runtime kind apptainer, or the "
-             "composer (jsc-compose) for pyxis",
+             "flags shell-quoted, so the container name stamped on the node and the $PWD "
+             "mount the composer uses cannot be expanded there; use runtime kind enroot "
+             "(the same squashfs, started by enroot) or apptainer",
 }
+# What each container runtime cannot bind (the submitit folder must be bound at its path).
+_UNBINDABLE = {"apptainer": ":,", "enroot": ":, \t\n\r"}
+# submitit's own variables (SUBMITIT_EXECUTOR, ...) must reach Python inside Enroot, which
+# forwards variables by name only.
+_SUBMITIT_NAMES = ("SUBMITIT_*",)
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,17 @@ def _rendezvous_lines(spec: JobSpec) -> List[Statement]:
     ]
 
 
+def _node_setup(runtime: ContainerRuntime) -> List[Statement]:
+    """The runtime's once-per-node step (Enroot: create the container), as its own srun
+    before submitit's, as the composer's jobscripts run it."""
+    inner = runtime.setup_argv()
+    if not inner:
+        return []
+    return [Raw(f"# Once per node: {type(runtime).__name__.lower()} setup."),
+            Raw(join(["srun", "--kill-on-bad-exit=1", word("--nodes=", Var("SLURM_JOB_NUM_NODES")),
+                      "--ntasks-per-node=1", *inner]) + " || exit 1")]
+
+
 def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> SubmititPlan:
     """The executor's python command, parameters and sbatch set-up lines for ``spec``.
 
@@ -116,13 +132,16 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
                         "own USR2 signal; submitit.helpers.Checkpointable); remove job.requeue")
     if not folder.startswith("/"):
         raise ValueError(f"submitit folder must be an absolute path, got {folder!r}")
-    if kind == "apptainer":
+    if kind in _UNBINDABLE:
         root = _bind_root(folder)
-        if any(c in root for c in ":,"):
-            raise ValueError(f"apptainer cannot bind the submitit folder {root!r} (it contains "
-                             "':' or ','): choose a folder without them")
+        bad = [repr(c) for c in _UNBINDABLE[kind] if c in root]
+        if bad:
+            raise ValueError(f"{kind} cannot bind the submitit folder {root!r} (it contains "
+                             f"{' or '.join(bad)}): choose a folder without them")
         binds = spec.runtime.binds + (Bind(root, root),)
-        spec = dataclasses.replace(spec, runtime=dataclasses.replace(spec.runtime, binds=binds))
+        env = dataclasses.replace(spec.env, passthrough=spec.env.passthrough + _SUBMITIT_NAMES)
+        spec = dataclasses.replace(
+            spec, env=env, runtime=dataclasses.replace(spec.runtime, binds=binds))
     runtime = runtime_for(spec)
     if kind == "bare":
         interpreter = ["python3"] if spec.site.venv else None
@@ -135,7 +154,7 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
     statements: List[Statement] = [
         *_site_lines(spec), *_env_lines(spec, runtime),
         *cpu_lines(spec.launch.procs_per_node), *_rendezvous_lines(spec),
-        *runtime.batch_lines(),
+        *runtime.batch_lines(), *_node_setup(runtime),
         Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
         Assign(TASK_ENV_VAR, TASK_ENV),
     ]

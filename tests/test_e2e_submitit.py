@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -71,11 +72,28 @@ def test_submitit_in_apptainer_two_nodes_two_tasks(cluster, shared_tmp):
     check(p, summary, in_container=True)
 
 
+def test_submitit_in_enroot_two_nodes_two_tasks(cluster, shared_tmp):
+    """launchers.sif's root filesystem as a squashfs, created once per node by the composer's
+    Enroot step, each task's Python started in it (the lab's real Enroot 4.1.2)."""
+    assert shutil.which("enroot"), "enroot not installed: run `sudo bash scripts/enroot-setup.sh`"
+    made = subprocess.run(["make", "launchers-enroot-image"], capture_output=True, text=True,
+                          timeout=2400, cwd=REPO, check=False)
+    assert made.returncode == 0, f"make launchers-enroot-image failed:\n{made.stdout}\n{made.stderr}"
+    spec = shared_tmp / "sum_submitit_enroot.yaml"
+    spec.write_text(yaml.safe_dump({
+        "job": {"nodes": 2, "time": "00:05:00", "partition": "batch"},
+        "site": "jsc", "runtime": {"kind": "enroot", "image": str(REPO / "launchers.sqsh")},
+        "launch": {"mode": "srun", "procs_per_node": 2},
+        "program": ["python3", "-u", "examples/distributed_sum.py"]}))
+    p, summary = submit(spec, shared_tmp)
+    check(p, summary, in_container=True)
+
+
 def test_a_bad_spec_is_one_line_and_submits_nothing(shared_tmp):
-    spec = shared_tmp / "enroot.yaml"
-    spec.write_text("job: {nodes: 2}\nruntime: {kind: enroot, image: image.sqsh}\n"
+    spec = shared_tmp / "pyxis.yaml"
+    spec.write_text("job: {nodes: 2}\nruntime: {kind: pyxis, image: image.sqsh}\n"
                     "program: [python3]\n")
     p, summary = submit(spec, shared_tmp)
     assert p.returncode == 2 and summary == {} and "submitted job" not in p.stdout
     [line] = p.stderr.splitlines()
-    assert line.startswith(f"submitit_sum: {spec}: runtime.kind: submitit cannot use enroot: ")
+    assert line.startswith(f"submitit_sum: {spec}: runtime.kind: submitit cannot use pyxis: ")

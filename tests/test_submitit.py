@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -115,13 +116,27 @@ def test_port_site_and_env_sections_reach_the_setup():
 
 
 @pytest.mark.ring1
-@pytest.mark.parametrize("kind,image", [("enroot", "i.sqsh"), ("pyxis", "i.sqsh")])
-def test_enroot_and_pyxis_are_refused_in_one_line_saying_why(kind, image):
+def test_pyxis_is_refused_in_one_line_saying_why():
     with pytest.raises(SpecError) as err:
-        submitit_plan(spec(f"runtime: {{kind: {kind}, image: {image}}}"), FOLDER)
+        submitit_plan(spec("runtime: {kind: pyxis, image: i.sqsh}"), FOLDER)
     text = str(err.value)
-    assert text.startswith(f"s.yaml: runtime.kind: submitit cannot use {kind}: ")
-    assert "\n" not in text and text.endswith(f", got '{kind}'")
+    assert text.startswith("s.yaml: runtime.kind: submitit cannot use pyxis: pyxis takes the "
+                           "container through srun flags, and submitit writes its srun flags "
+                           "shell-quoted")
+    assert "\n" not in text and text.endswith(", got 'pyxis'")
+
+
+@pytest.mark.ring1
+def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
+    plan = submitit_plan(spec("runtime: {kind: enroot, image: i.sqsh}"), "/f/%j")
+    assert plan.python == ('bash -c "$submitit_task_env" submitit-task bash -c "${enroot_start}" '
+                           'enroot-start --mount /f:/f --mount "${PWD}:${PWD}" "${enroot_run}" '
+                           'env "--chdir=${PWD}" python3')
+    setup = "\n".join(plan.setup)
+    assert ('srun --kill-on-bad-exit=1 "--nodes=${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 '
+            'bash -c \\\n    "${enroot_setup}" enroot-setup') in setup
+    # Enroot forwards by name: submitit's own variables are among the names.
+    assert "|SUBMITIT_*|" in setup
 
 
 @pytest.mark.ring1
@@ -134,11 +149,15 @@ def test_requeue_is_submitits_own():
 @pytest.mark.ring1
 @pytest.mark.parametrize("folder,message", [
     ("rel/%j", "submitit folder must be an absolute path, got 'rel/%j'"),
-    ("/a:b/%j", "apptainer cannot bind the submitit folder '/a:b' (it contains ':' or ','): "
+    ("/a:b/%j", "apptainer cannot bind the submitit folder '/a:b' (it contains ':'): "
+                "choose a folder without them"),
+    ("/a b/%j", "enroot cannot bind the submitit folder '/a b' (it contains ' '): "
                 "choose a folder without them")])
 def test_bad_folders_are_one_line(folder, message):
+    kind = message.split()[0] if message.split()[0] in ("apptainer", "enroot") else "apptainer"
+    image = "i.sif" if kind == "apptainer" else "i.sqsh"
     with pytest.raises(ValueError) as err:
-        submitit_plan(spec("runtime: {kind: apptainer, image: i.sif}"), folder)
+        submitit_plan(spec(f"runtime: {{kind: {kind}, image: {image}}}"), folder)
     assert str(err.value) == message
 
 
@@ -153,10 +172,11 @@ def test_the_checked_in_spec_is_the_apptainer_launchers_image():
 
 # --- Ring 2 ---------------------------------------------------------------------------------
 
-def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, files=()):
+def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, files=(),
+                   submit_name="submit dir", folder_name="sub mit"):
     """executor_for on a spec file, then its sbatch file run by bash with the fakes."""
     from launcher.submitit import executor_for
-    submit = tmp_path / "submit dir"
+    submit = tmp_path / submit_name
     submit.mkdir()
     for name in files:
         (submit / name).write_text("")
@@ -167,14 +187,18 @@ def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, fil
         env.pop(key, None)
     monkeypatch.setenv("PATH", env["PATH"])  # submitit looks for srun when it is created
     monkeypatch.chdir(submit)
-    folder = tmp_path / "sub mit" / "%j"
+    folder = tmp_path / folder_name / "%j"
     executor = executor_for("s.yaml", str(folder), python=python)
     script = submit / "job.sh"
     script.write_text(executor._make_submission_file_text(executor._submitit_command_str, "u"))
     env.update(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="jwb[0001-0002]",
                SLURM_NTASKS_PER_NODE="2", SLURM_JOB_CPUS_PER_NODE="48(x2)")
-    done = subprocess.run(["bash", str(script)], cwd=submit, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    try:
+        done = subprocess.run(["bash", str(script)], cwd=submit, env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+    finally:
+        for path in fake.enroot_paths(env):  # the per-user Enroot data path (node-local /tmp)
+            shutil.rmtree(path, ignore_errors=True)
     return done, fake.records(tmp_path / "log"), script.read_text(), folder
 
 
@@ -223,6 +247,27 @@ def test_apptainer_tasks_run_python_in_the_image_with_the_folder_bound(tmp_path,
         assert r["env"]["MASTER_ADDR"] == "jwb0001i" and r["env"]["WORLD_SIZE"] == "4"
     assert sorted(r["env"]["RANK"] for r in records if r["prog"] == "python3") == \
         ["0", "1", "2", "3"]
+
+
+@pytest.mark.ring2
+def test_enroot_tasks_get_their_ranks_and_submitits_variables_inside(tmp_path, monkeypatch):
+    spec_text = BARE.replace("site: jsc", "site: jsc\nruntime: {kind: enroot, image: i.sqsh}")
+    done, records, _, folder = run_submission(tmp_path, monkeypatch, spec_text,
+                                              files=["i.sqsh"], submit_name="submit_dir",
+                                              folder_name="submitit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    creates = [r for r in records if r["prog"] == "enroot" and r["argv"][:1] == ["create"]]
+    starts = [r for r in records if r["prog"] == "enroot" and r["argv"][:1] == ["start"]]
+    assert len(creates) == 1 and len(starts) == 4  # created once (the fake nodes share /tmp)
+    root = str(folder.parent)
+    for r in starts:
+        assert ["--mount", f"{root}:{root}"] == r["argv"][r["argv"].index("--mount"):][:2]
+        assert ["--env", "SUBMITIT_EXECUTOR"] in [r["argv"][i:i + 2] for i in range(len(r["argv"]))]
+    tasks = [r for r in records if r["prog"] == "python3"]
+    assert sorted(r["env"]["RANK"] for r in tasks) == ["0", "1", "2", "3"]
+    for r in tasks:
+        assert r["argv"] == ["-u", "-m", "submitit.core._submit", str(folder)]
+        assert (r["env"]["MASTER_ADDR"], r["env"]["WORLD_SIZE"]) == ("jwb0001i", "4")
 
 
 @pytest.mark.ring2
