@@ -143,10 +143,11 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
         spec = dataclasses.replace(
             spec, env=env, runtime=dataclasses.replace(spec.runtime, binds=binds))
     runtime = runtime_for(spec)
-    if kind == "bare":
-        interpreter = ["python3"] if spec.site.venv else None
-    else:
-        interpreter = ["python3"]
+    interpreter = None if kind == "bare" and not spec.site.venv else ["python3"]
+    if python is not None and interpreter:
+        where = f"site.venv {spec.site.venv}" if kind == "bare" else f"the {kind} image"
+        raise ValueError(f"python= is for the bare runtime without site.venv; this spec runs "
+                         f"python3 from {where}")
     inner = join(runtime.wrap(interpreter), width=10**9) if interpreter else \
         (python or shlex.quote(sys.executable))
     command = f'bash -c "${TASK_ENV_VAR}" submitit-task {inner}'

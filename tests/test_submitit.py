@@ -78,6 +78,14 @@ def test_bare_runs_this_python_or_the_venvs_or_the_one_given():
 
 
 @pytest.mark.ring1
+def test_python_is_only_for_bare_without_venv():
+    with pytest.raises(ValueError) as err:
+        submitit_plan(spec("runtime: {kind: apptainer, image: i.sif}"), FOLDER, python="/p")
+    assert str(err.value) == ("python= is for the bare runtime without site.venv; this spec runs "
+                              "python3 from the apptainer image")
+
+
+@pytest.mark.ring1
 def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
     rt = "runtime: {kind: apptainer, image: my img.sif, binds: [/data]}"
     plain = submitit_plan(spec(rt), FOLDER).python
