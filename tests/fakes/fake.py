@@ -159,10 +159,11 @@ def _run_tasks(cmd: List[str], tasks: List[Dict[str, str]]) -> int:
 
 
 def srun(argv: List[str]) -> int:
-    opts, cmd = _options(argv, ("-N", "-n", "--mpi", "--output"))
+    opts, cmd = _options(argv, ("-N", "-n", "--mpi", "--output", "--error"))
     _record("srun", argv)
     nodes = int(opts.get("--nodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")))
-    per_node = int(opts.get("--ntasks-per-node", "1"))
+    # Without the option srun takes the batch job's (sbatch exports SLURM_NTASKS_PER_NODE).
+    per_node = int(opts.get("--ntasks-per-node", os.environ.get("SLURM_NTASKS_PER_NODE", "1")))
     names = expand(os.environ.get("SLURM_JOB_NODELIST", "node[1-9]"))
     tasks = [{"SLURM_NODEID": str(n), "SLURM_PROCID": str(n * per_node + l),
               "SLURM_LOCALID": str(l), "SLURM_NTASKS": str(nodes * per_node),
