@@ -60,7 +60,7 @@ def _header(spec: JobSpec, version: str) -> List[str]:
     ]
 
 
-def _site_lines(spec: JobSpec) -> List[Statement]:
+def site_lines(spec: JobSpec) -> List[Statement]:
     site = spec.site
     suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
         if site.hostname_suffix else ""
@@ -85,7 +85,7 @@ def _site_lines(spec: JobSpec) -> List[Statement]:
     return out + [Assign(name, value, export=True) for name, value in site.env]
 
 
-def _env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
+def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
     out: List[Statement] = [Assign(name, value, export=True) for name, value in spec.env.values]
     prepend, append = dict(spec.env.prepend), dict(spec.env.append)
     out += [PathExport(name, prepend.get(name, ()), append.get(name, ()))
@@ -162,7 +162,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
               for k, v in sbatch_options(spec, plan)]
     lines += ["", "set -euo pipefail", ""]
-    blocks = [_site_lines(spec), _env_lines(spec, runtime), _geometry_lines(spec, plan),
+    blocks = [site_lines(spec), env_lines(spec, runtime), _geometry_lines(spec, plan),
               runtime.batch_lines(), _log_lines(spec, plan),
               requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
     for block in blocks:

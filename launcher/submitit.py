@@ -7,7 +7,7 @@ RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_
 first node's inter-node name (its hostname + ``site.hostname_suffix``; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
 MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule
-(launcher.plans.SOCKET_IFNAME). Those are set by the composer's task script, in each task,
+(launcher.modes.common.SOCKET_IFNAME). Those are set by the composer's task script, in each task,
 before Python starts: submitit's ``python`` command becomes
 ``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
 Containers: Apptainer (the folder bound at its own path) and Enroot (the composer's per-node
@@ -31,14 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from launcher.jobscript import _env_lines, _site_lines
+from launcher.jobscript import env_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
 from launcher.placement import cpu_lines, exclusive_default
-try:  # the launch modes' shared pieces (launcher/modes/common.py once modes are units)
-    from launcher.modes.common import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, \
-        SOCKET_IFNAME
-except ImportError:
-    from launcher.plans import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, SOCKET_IFNAME
+from launcher.modes.common import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, SOCKET_IFNAME
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
 from launcher.spec import load_spec
@@ -153,7 +149,7 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
     command = f'bash -c "${TASK_ENV_VAR}" submitit-task {inner}'
 
     statements: List[Statement] = [
-        *_site_lines(spec), *_env_lines(spec, runtime),
+        *site_lines(spec), *env_lines(spec, runtime),
         *cpu_lines(spec.launch.procs_per_node), *_rendezvous_lines(spec),
         *runtime.batch_lines(), *_node_setup(runtime),
         Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
