@@ -16,6 +16,7 @@ from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
 from launcher import requeue_script
+from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
     sbatch_quote, word
@@ -152,8 +153,11 @@ def _node_logs_line(pattern: str) -> List[Statement]:
                       word("(N = node index 0..", Var("last_node"), ")")]))]
 
 
-def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
-    """The batch script for ``spec``, byte for byte what `render` prints and `submit` sends."""
+def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = False) -> str:
+    """The batch script for ``spec``, byte for byte what `render` prints and `submit` sends.
+
+    ``doctor``: the script `python -m launcher doctor` runs: the same, but it ends after the
+    doctor's step (launcher.doctor.ship) instead of launching."""
     runtime, plan = plan_launch(spec)
     lines = _header(spec, version)
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
@@ -167,6 +171,12 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
     if plan.setup:
         lines += [f"# Once per node: {type(runtime).__name__.lower()} setup.",
                   join(plan.setup), ""]
+    preflight = spec.launch.preflight
+    if doctor or preflight:
+        fake = bool(preflight and preflight.fake_gpus)
+        lines += doctor_lines(spec, runtime, "json" if doctor else "table", fake)
+    if doctor:
+        return "\n".join(lines) + "\n"
     lines += [f"# Launch: {_launch_comment(spec, plan)}.",
               *requeue_script.launch_lines(spec, join(plan.launch))]
     return "\n".join(lines) + "\n"

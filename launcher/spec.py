@@ -13,6 +13,7 @@ from typing import Any, Optional, Tuple, cast
 
 from launcher.model import MODES, Job, JobSpec, Launch, Mode, MpiLauncher, SpecError
 from launcher.spec_env import load_env
+from launcher.spec_preflight import load_preflight
 from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.spec_site import check_site_env, load_site
@@ -22,7 +23,7 @@ _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
         "output", "error", "node_output", "sbatch", "requeue")
 _LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi",
-           "mpi_plugin")
+           "mpi_plugin", "preflight")
 _PER_NODE = ("torchrun", "mpirun_torchrun")  # modes that start a launcher per node
 # Launch keys that mean something only in some modes; elsewhere they are refused.
 _MODE_KEYS = {
@@ -169,6 +170,7 @@ def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
         mpi=cast(MpiLauncher, mpi),
         mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", "pmix"), _PLUGIN,
                               "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"),
+        preflight=load_preflight(r, m.get("preflight")),
     )
 
 

@@ -1,0 +1,389 @@
+"""The doctor's node side: every check on one node, and the table of all nodes' reports.
+
+Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node** (one task
+per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
+line) -> **node** again (``table``: the reports from stdin -> the table or JSON, exit status).
+Shipped to the nodes as text (launcher.doctor.ship prepends the address rule of
+launcher/torchrun_jsc/addresses.py and the interface finder of launcher/ifname.py), so it
+needs the standard library only and runs with the node's python3; imported in the kit, it
+takes both from there. Every check has its own deadline and the whole node side ends with
+``os._exit`` at the latest deadline, so a hung filesystem or a dropped packet costs seconds.
+"""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+if "candidates" not in globals():  # imported in the kit (shipped: defined above)
+    from launcher.torchrun_jsc.addresses import candidates  # noqa: F401
+if "IFNAME_PY" not in globals():
+    from launcher.ifname import PY_IFNAME as IFNAME_PY  # noqa: F401
+
+MARK = "torchrun-jsc-doctor-report "
+COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
+           "space", "clock")
+# What each column checks: README "Doctor" (the same words).
+INSIDE_PY = r"""import glob, json, os, shutil, sys
+out = {"which": {c: shutil.which(c) for c in sys.argv[1:] if c}, "python": sys.version.split()[0]}
+try:
+    from importlib import metadata
+    out["torch"] = metadata.version("torch")
+except Exception:
+    out["torch"] = None
+out["cvd"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+out["devs"] = sorted(glob.glob("/dev/nvidia[0-9]*"))
+print("doctor-inside " + json.dumps(out))
+"""
+# The image's python3 runs INSIDE_PY; without python3 the shell says so (the image did start).
+INSIDE_SH = ('command -v python3 >/dev/null 2>&1 || { echo "doctor-inside-nopython"; exit 0; }; '
+             'exec python3 -c "$0" "$@"')
+
+
+def cell(ok, value="", cause=""):
+    """One check's result: ok True (pass), False (the cross), None (does not apply)."""
+    return {"ok": ok, "value": str(value), "cause": str(cause)}
+
+
+def in_thread(fn, timeout, late):
+    """fn() in a daemon thread; ``late`` (a cell) when it has not returned within timeout."""
+    box = []
+
+    def work():
+        try:
+            box.append(fn())
+        except Exception as exc:  # a check that crashes is a cross, not a traceback
+            box.append(cell(False, type(exc).__name__, exc))
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return box[0] if box else late
+
+
+def resolve(host, family, timeout):
+    """(chosen address or None, cell): every address, then the rule torchrun_jsc applies."""
+    def work():
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+        return list(dict.fromkeys(i[4][0].split("%")[0] for i in infos))
+    try:
+        found = in_thread(work, timeout, None)
+    except Exception:
+        found = None
+    if found is None:
+        return None, cell(False, host, "no answer within %.0f s (check DNS or /etc/hosts)" % timeout)
+    if isinstance(found, dict):  # the thread's crash cell: getaddrinfo's error
+        return None, cell(False, host, "does not resolve: " + _why(found["cause"]))
+    try:
+        chosen = candidates(host, found, family)[0]
+    except ValueError as exc:
+        return None, cell(False, host, exc)
+    return chosen, cell(True, chosen, ", ".join(found))
+
+
+def _why(text):
+    return text.split("] ", 1)[-1]
+
+
+def is_local(addr):
+    """True when addr belongs to this machine: binding it works only then."""
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, 0))
+            return True
+        except OSError:
+            return False
+
+
+def listen(port):
+    """Node 0: listen on the rendezvous port as the store would (all addresses)."""
+    for fam, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore
+        try:
+            if fam == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind((addr, port))
+            s.listen(64)
+            return s, cell(True, "listening", "port %d" % port)
+        except OSError as exc:
+            s.close()
+            if exc.errno == 98:  # EADDRINUSE
+                return None, cell(False, "port %d" % port, "already in use on this node "
+                                  "(another program or job listens there)")
+            last = exc
+    return None, cell(False, "port %d" % port, "cannot listen: %s" % last.strerror)
+
+
+def serve(sock, peers, deadline, me):
+    """Answer each peer with this node's clock until all came or the deadline passed."""
+    served = 0
+    while served < peers and time.time() < deadline:
+        sock.settimeout(max(0.05, deadline - time.time()))
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            break
+        with conn:
+            conn.settimeout(1.0)
+            try:
+                conn.sendall((json.dumps({"doctor": me, "t": time.time()}) + "\n").encode())
+                conn.recv(16)  # the peer closes first, so TIME_WAIT stays on its side
+            except OSError:
+                pass
+        served += 1
+    sock.close()
+
+
+def reach(addr, port, deadline, skew_max):
+    """Other nodes: connect to the first node's port until answered or the deadline."""
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    where = "%s port %d" % (addr, port)
+    error = None
+    while True:
+        left = deadline - time.time()
+        if left <= 0:
+            break
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(left)
+        t0 = time.time()
+        try:
+            s.connect((addr, port))
+        except socket.timeout:
+            s.close()
+            return cell(False, where, "no answer within the deadline: packets are dropped "
+                        "(firewall, or no route back)"), None
+        except OSError as exc:
+            s.close()
+            error = exc
+            if exc.errno in (101, 113):  # ENETUNREACH, EHOSTUNREACH
+                return cell(False, where, "%s: no route from this node" % exc.strerror), None
+            time.sleep(0.1)  # refused: the first node may not listen yet
+            continue
+        return _answer(s, t0, where, skew_max)
+    if error is not None:
+        return cell(False, where, "%s until the deadline: nothing listens there (the first "
+                    "node's check did not start, or a firewall rejects)" % error.strerror), None
+    return cell(False, where, "no answer within the deadline: packets are dropped"), None
+
+
+def _answer(s, t0, where, skew_max):
+    with s:
+        s.settimeout(1.0)
+        data = b""
+        try:
+            while not data.endswith(b"\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+    t1 = time.time()
+    try:
+        theirs = json.loads(data.decode())["t"]
+    except (ValueError, KeyError, TypeError):
+        return cell(True, where, "reached; another program answers there (not the doctor)"), \
+            cell(None, "", "no clock from the first node")
+    offset = (t0 + t1) / 2 - theirs
+    clock = cell(abs(offset) <= skew_max, "%+.3f s" % offset,
+                 "" if abs(offset) <= skew_max else "clock differs from the first node's by "
+                 "more than %g s" % skew_max)
+    return cell(True, "%.0f ms" % ((t1 - t0) * 1000), where), clock
+
+
+def iface(host, env, timeout):
+    """The interface torchrun_jsc would pick (launcher/ifname.py), and the user's names."""
+    names = {n for _, n in socket.if_nameindex()}
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        value = env.get(var, "")
+        if not value or value.startswith("^"):
+            continue
+        exact = value.startswith("=") or var == "GLOO_SOCKET_IFNAME"
+        for want in value.lstrip("=").split(","):
+            if want and not (want in names if exact else any(n.startswith(want) for n in names)):
+                return cell(False, "%s=%s" % (var, value), "no interface %r on this node (it "
+                            "has %s)" % (want, ", ".join(sorted(names))))
+    try:
+        done = subprocess.run([sys.executable, "-c", IFNAME_PY, host], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return cell(False, host, "no interface found within %.0f s" % timeout)
+    if done.returncode != 0:
+        return cell(False, host, done.stderr.strip().splitlines()[-1:] or "failed")
+    return cell(True, env.get("GLOO_SOCKET_IFNAME") or done.stdout.strip())
+
+
+def binds(paths):
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        return cell(False, ", ".join(missing), "bind source missing on this node")
+    return cell(True, "%d present" % len(paths) if paths else "none")
+
+
+def image(path, kind):
+    """Readable, and an image by its first bytes (SIF, squashfs or a sandbox directory)."""
+    if not path or "://" in path or (kind == "pyxis" and not path.endswith((".sqsh", ".squashfs"))):
+        return cell(None, path or "", "not a local file")
+    if os.path.isdir(path):
+        ok = os.path.isdir(os.path.join(path, "usr"))
+        return cell(ok, path, "" if ok else "directory without /usr: not a sandbox image")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        return cell(False, path, "cannot read: %s" % (exc.strerror or exc))
+    if head[32:41] == b"SIF_MAGIC" or head[:4] == b"hsqs":
+        return cell(True, "%.0f MiB" % (os.path.getsize(path) / 2 ** 20), path)
+    return cell(False, path, "not a SIF or squashfs image (first bytes %r)" % head[:8])
+
+
+def inside(wrap, conf, timeout):
+    """Start the image the way the launch does and look around in it: (image, inside, gpus)."""
+    if conf["runtime"] == "pyxis":
+        na = cell(None, "", "pyxis: the image starts with the launch step")
+        return na, na, na
+    argv = list(wrap) + ["sh", "-c", INSIDE_SH, INSIDE_PY, conf.get("launcher") or "",
+                         conf.get("program") or ""]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        bad = cell(False, argv[0], "did not start within %.0f s" % timeout)
+        return bad, cell(None), cell(None)
+    except OSError as exc:
+        return cell(False, argv[0], exc.strerror or exc), cell(None), cell(None)
+    lines = done.stdout.splitlines()
+    started = cell(True, "started") if conf["runtime"] != "bare" else cell(None, "bare")
+    if "doctor-inside-nopython" in lines:
+        return started, cell(False, "python3", "not found in the image"), cell(None)
+    facts = [json.loads(l[14:]) for l in lines if l.startswith("doctor-inside ")]
+    if not facts:
+        last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+        return cell(False, conf.get("image") or argv[0], last), cell(None), cell(None)
+    return started, inside_cell(facts[0], conf), gpu_cell(facts[0], conf)
+
+
+def inside_cell(f, conf):
+    for name in (conf.get("launcher"), conf.get("program")):
+        if name and not f["which"].get(name):
+            return cell(False, name, "not found on the PATH inside")
+    torch = f.get("torch")
+    if conf.get("min_torch") and not torch:
+        return cell(False, "torch", "not installed inside (python %s)" % f["python"])
+    if conf.get("min_torch") and _version(torch) < _version(conf["min_torch"]):
+        return cell(False, "torch " + torch, "torchrun_jsc needs >= " + conf["min_torch"])
+    return cell(True, "torch %s" % torch if torch else "python %s" % f["python"])
+
+
+def _version(text):
+    out = []
+    for part in text.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit()) or "0"
+        out.append(int(digits[:4]))
+    return tuple(out)
+
+
+def gpu_cell(f, conf):
+    want, cvd, devs = conf.get("gpus", 0), f.get("cvd"), f.get("devs", [])
+    seen = [d for d in (cvd or "").split(",") if d]
+    value = "%d requested, CUDA_VISIBLE_DEVICES=%s, %d device files" % (want, cvd or "", len(devs))
+    if want == 0:
+        return cell(True, "none requested (sees %d)" % len(seen))
+    if len(seen) != want:
+        return cell(False, value, "the container does not see the requested GPUs")
+    if conf.get("fake_gpus"):
+        return cell(True, "%d (fake GRES: device files not checked)" % want)
+    if len(devs) < want:
+        return cell(False, value, "no /dev/nvidia* devices inside (no --nv, or no driver)")
+    return cell(True, "%d" % want)
+
+
+def space(conf, env):
+    path = env.get("ENROOT_DATA_PATH")
+    if conf["runtime"] != "enroot" or not path:
+        return cell(None)
+    probe = path
+    while not os.path.exists(probe) and probe not in ("/", ""):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    need = 3 * os.path.getsize(conf["image"]) if os.path.isfile(conf["image"]) else 0
+    value = "%.1f GiB free at %s" % (free / 2 ** 30, probe)
+    if free < need:
+        return cell(False, value, "need %.1f GiB (3x the squashfs) to unpack it" % (need / 2 ** 30))
+    return cell(True, value)
+
+
+def run_node(conf, host, port, wrap, env=None):
+    """Every check on this node: the report (a dict) that the table collects."""
+    env = dict(os.environ if env is None else env)
+    start = time.time()
+    net_deadline = start + conf.get("timeout", 5.0)
+    first = env.get("SLURM_NODEID", "0") == "0"
+    peers = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1) - 1
+    out = {c: cell(None) for c in COLUMNS if c != "same"}
+    listener = None
+    if first:  # listen before anything else: the others connect as soon as they resolved
+        listener, out["tcp"] = listen(port)
+    side = {}
+    worker = threading.Thread(target=lambda: side.update(_side_checks(conf, host, wrap, env)),
+                              daemon=True)
+    worker.start()
+    addr, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
+    if addr is not None:
+        local = is_local(addr)
+        if first:
+            out["first"] = cell(local, "yes" if local else addr, "" if local else "not an address of this node, "
+                                "which is the first node (the name points elsewhere)")
+        else:
+            out["first"] = cell(not local, "yes" if not local else addr, "" if not local else "an address of this "
+                                "node, not of the first node (this node resolves the name "
+                                "to itself)")
+            if peers >= 0:
+                out["tcp"], clock = reach(addr, port, net_deadline, conf.get("max_skew", 2.0))
+                out["clock"] = clock or cell(None, "", "no answer from the first node")
+    elif not first:
+        out["tcp"] = cell(None, "", "the name does not resolve")
+    if listener is not None:
+        me = env.get("SLURMD_NODENAME") or socket.gethostname()
+        serve(listener, peers, net_deadline, me)
+    worker.join(max(0.0, start + conf.get("deadline", 12.0) - time.time()))
+    late = cell(False, "", "check did not finish within %g s" % conf.get("deadline", 12.0))
+    for key in ("iface", "binds", "image", "inside", "gpus", "space"):
+        out[key] = side.get(key, late)
+    if first:
+        out["clock"] = cell(True, "reference")
+    return {"node": env.get("SLURMD_NODENAME") or socket.gethostname(),
+            "nodeid": int(env.get("SLURM_NODEID", "0")), "address": addr,
+            "endpoint": "%s:%d" % (host, port),
+            "seconds": round(time.time() - start, 3), "checks": out}
+
+
+def _family(env):
+    return (env.get("TORCHRUN_JSC_ADDRESS_FAMILY", "").strip().lower() or "auto")
+
+
+def _side_checks(conf, host, wrap, env):
+    """The checks that need no other node, run beside the network exchange."""
+    t = conf.get("timeout", 5.0)
+    out = {"binds": in_thread(lambda: binds(conf.get("binds", [])), t,
+                              cell(False, "", "stat did not return within %g s (hung "
+                                   "filesystem?)" % t)),
+           "iface": iface(host, env, t)}
+    img = in_thread(lambda: image(conf.get("image"), conf["runtime"]), t,
+                    cell(False, conf.get("image"), "reading did not finish within %g s" % t))
+    started, ins, gpus = inside(wrap, conf, conf.get("start_timeout", 10.0))
+    if img["ok"] is False:
+        started = img
+    elif img["ok"] and started["ok"]:
+        started = cell(True, "started, " + img["value"], img["cause"])
+    out.update(image=started, inside=ins, gpus=gpus)
+    try:
+        out["space"] = space(conf, env)
+    except OSError as exc:
+        out["space"] = cell(False, env.get("ENROOT_DATA_PATH"), exc.strerror or exc)
+    return out
