@@ -343,7 +343,9 @@ def run_node(conf, host, port, wrap, env=None):
             out["first"] = cell(not local, "yes" if not local else addr, "" if not local else "an address of this "
                                 "node, not of the first node (this node resolves the name "
                                 "to itself)")
-            if peers >= 0:
+            if local:  # connecting would only reach this node itself
+                out["tcp"] = cell(None, "", "the name points to this node")
+            else:
                 out["tcp"], clock = reach(addr, port, net_deadline, conf.get("max_skew", 2.0))
                 out["clock"] = clock or cell(None, "", "no answer from the first node")
     elif not first:
@@ -355,6 +357,8 @@ def run_node(conf, host, port, wrap, env=None):
     late = cell(False, "", "check did not finish within %g s" % conf.get("deadline", 12.0))
     for key in ("iface", "binds", "image", "inside", "gpus", "space"):
         out[key] = side.get(key, late)
+    if addr is None and out["iface"]["value"] == host:  # the name check names the cause
+        out["iface"] = cell(None, "", "the name does not resolve")
     if first:
         out["clock"] = cell(True, "reference")
     return {"node": env.get("SLURMD_NODENAME") or socket.gethostname(),
