@@ -109,25 +109,38 @@ def only_on(node: str, rel: str, content: bytes) -> Iterator[str]:
             path.parent.rmdir()
 
 
+def _image_on_first_only(stack: contextlib.ExitStack, tag: str) -> None:
+    """/tmp/TAG-img/image.sif: the real image on the first node, 4 KiB of zeros on the second."""
+    good = node_tmp(FIRST) / f"{tag}-img" / "image.sif"
+    good.parent.mkdir(parents=True, exist_ok=True)
+    good.symlink_to(Path(os.environ["DOCTOR_IMAGE"]).resolve())
+    stack.callback(lambda: (good.unlink(), good.parent.rmdir()))
+    stack.enter_context(only_on(SECOND, f"{tag}-img/image.sif", b"\0" * 4096))
+
+
+SCENARIOS = {  # name -> the faults it applies; "mixed": four faults on four checks, one run
+    "none": (), "port": ("port",), "bind": ("bind",), "image": ("image",), "hosts": ("hosts",),
+    "drop": ("drop",), "mixed": ("port", "bind", "image", "hosts"),
+}
+
+
 def scenario(name: str, port: int, tag: str) -> contextlib.ExitStack:
     """Enter the faults of one scenario; the caller closes the stack."""
+    if name not in SCENARIOS:
+        raise SystemExit(f"labfaults: unknown scenario {name!r}, expected one of "
+                         f"{', '.join(SCENARIOS)}")
     stack = contextlib.ExitStack()
-    if name == "mixed":  # four faults on four checks, one run
-        stack.enter_context(listener(FIRST, port))
-        stack.enter_context(only_on(FIRST, f"{tag}-bind/data", b"x"))
-        image = Path(os.environ["DOCTOR_IMAGE"]).resolve()
-        good = node_tmp(FIRST) / f"{tag}-img" / "image.sif"
-        good.parent.mkdir(parents=True, exist_ok=True)
-        good.symlink_to(image)
-        stack.callback(lambda: (good.unlink(), good.parent.rmdir()))
-        stack.enter_context(only_on(SECOND, f"{tag}-img/image.sif", b"\0" * 4096))
-        stack.enter_context(hosts_entry(SECOND, FIRST + "i", "10.66.0.2"))
-    elif name == "drop":
-        stack.enter_context(drop_between(FIRST, "10.66.0.2"))
-    elif name == "bind":
-        stack.enter_context(only_on(FIRST, f"{tag}-bind/data", b"x"))
-    elif name != "none":
-        raise SystemExit(f"labfaults: unknown scenario {name!r}")
+    for fault in SCENARIOS[name]:
+        if fault == "port":  # our own program holds the rendezvous port on the first node
+            stack.enter_context(listener(FIRST, port))
+        elif fault == "bind":  # the bind source exists on the first node only
+            stack.enter_context(only_on(FIRST, f"{tag}-bind/data", b"x"))
+        elif fault == "image":
+            _image_on_first_only(stack, tag)
+        elif fault == "hosts":  # the second node resolves the first node's i name to itself
+            stack.enter_context(hosts_entry(SECOND, FIRST + "i", "10.66.0.2"))
+        elif fault == "drop":
+            stack.enter_context(drop_between(FIRST, "10.66.0.2"))
     return stack
 
 
