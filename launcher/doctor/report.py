@@ -14,7 +14,7 @@ if "run_node" not in globals():  # imported in the kit (shipped: defined above)
     from launcher.doctor.node import COLUMNS, MARK, cell, run_node  # noqa: F401
 
 RESULT_MARK = "torchrun-jsc-doctor-result "  # the collected reports, for the CLI
-CELL_WIDTH = 44  # the table cuts longer cells with '...'; the lines below it are complete
+CELL_WIDTH = 30  # the table cuts longer cells with '...'; the lines below it are complete
 
 
 def collect(lines, nodes):
