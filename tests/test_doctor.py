@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.doctor import node, report
+from launcher.doctor import local, node, report
 from launcher.doctor.ship import node_config, node_script
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
@@ -153,16 +153,16 @@ def test_port_taken_bind_and_image_missing_bad_ifname(tmp_path):
 @pytest.mark.ring2
 def test_inside_checks_launcher_torch_and_gpus():
     conf = _conf(launcher="no-such-launcher-xyz")
-    image, inside, gpus = node.inside([], conf, 10)
+    image, inside, gpus = local.inside([], conf, 10)
     assert inside == node.cell(False, "no-such-launcher-xyz", "not found on the PATH inside")
     facts = {"which": {"python3": "/usr/bin/python3"}, "python": "3.11", "torch": "1.8.1",
              "cvd": "0,1", "devs": []}
-    assert node.inside_cell(facts, _conf(min_torch="1.9"))["cause"] == \
+    assert local.inside_cell(facts, _conf(min_torch="1.9"))["cause"] == \
         "torchrun_jsc needs >= 1.9"
-    assert node.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* devices")
-    assert node.gpu_cell(facts, _conf(gpus=2, fake_gpus=True))["value"] == \
+    assert local.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* devices")
+    assert local.gpu_cell(facts, _conf(gpus=2, fake_gpus=True))["value"] == \
         "2 (fake GRES: device files not checked)"
-    assert node.gpu_cell(facts, _conf(gpus=4))["cause"] == \
+    assert local.gpu_cell(facts, _conf(gpus=4))["cause"] == \
         "the container does not see the requested GPUs"
 
 

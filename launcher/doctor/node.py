@@ -4,13 +4,13 @@ Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node*
 per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
 line) -> **node** again (``table``: the reports from stdin -> the table or JSON, exit status).
 Shipped to the nodes as text (launcher.doctor.ship prepends the address rule of
-launcher/torchrun_jsc/addresses.py and the interface finder of launcher/ifname.py), so it
+launcher/torchrun_jsc/addresses.py, the interface finder of launcher/ifname.py and the
+node-local checks of launcher/doctor/local.py), so it
 needs the standard library only and runs with the node's python3; imported in the kit, it
 takes both from there. Every check has its own deadline and the whole node side ends with
 ``os._exit`` at the latest deadline, so a hung filesystem or a dropped packet costs seconds.
 """
 
-import glob
 import json
 import os
 import socket
@@ -23,32 +23,12 @@ if "candidates" not in globals():  # imported in the kit (shipped: defined above
     from launcher.torchrun_jsc.addresses import candidates  # noqa: F401
 if "IFNAME_PY" not in globals():
     from launcher.ifname import PY_IFNAME as IFNAME_PY  # noqa: F401
+if "cell" not in globals():
+    from launcher.doctor.local import binds, cell, image, inside, space  # noqa: F401
 
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
-           "space", "clock")
-# What each column checks: README "Doctor" (the same words).
-INSIDE_PY = r"""import glob, json, os, shutil, sys
-out = {"which": {c: shutil.which(c) for c in sys.argv[1:] if c}, "python": sys.version.split()[0]}
-try:
-    from importlib import metadata
-    out["torch"] = metadata.version("torch")
-except Exception:
-    out["torch"] = None
-out["cvd"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-out["devs"] = sorted(glob.glob("/dev/nvidia[0-9]*"))
-print("doctor-inside " + json.dumps(out))
-"""
-# The image's python3 runs INSIDE_PY; without python3 the shell says so (the image did start).
-INSIDE_SH = ('command -v python3 >/dev/null 2>&1 || { echo "doctor-inside-nopython"; exit 0; }; '
-             'exec python3 -c "$0" "$@"')
-
-
-def cell(ok, value="", cause=""):
-    """One check's result: ok True (pass), False (the cross), None (does not apply)."""
-    return {"ok": ok, "value": str(value), "cause": str(cause)}
-
-
+           "space", "clock")  # README "Doctor" says what each checks
 def in_thread(fn, timeout, late):
     """fn() in a daemon thread; ``late`` (a cell) when it has not returned within timeout."""
     box = []
@@ -101,8 +81,13 @@ def is_local(addr):
 
 def listen(port):
     """Node 0: listen on the rendezvous port as the store would (all addresses)."""
+    last = None
     for fam, addr in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
-        s = socket.socket(fam, socket.SOCK_STREAM)
+        try:
+            s = socket.socket(fam, socket.SOCK_STREAM)
+        except OSError as exc:  # no IPv6 on this node
+            last = exc
+            continue
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's TCPStore
         try:
             if fam == socket.AF_INET6:
@@ -116,7 +101,7 @@ def listen(port):
                 return None, cell(False, "port %d" % port, "already in use on this node "
                                   "(another program or job listens there)")
             last = exc
-    return None, cell(False, "port %d" % port, "cannot listen: %s" % last.strerror)
+    return None, cell(False, "port %d" % port, "cannot listen: %s" % getattr(last, "strerror", last))
 
 
 def serve(sock, peers, deadline, me):
@@ -216,106 +201,6 @@ def iface(host, env, timeout):
     if done.returncode != 0:
         return cell(False, host, done.stderr.strip().splitlines()[-1:] or "failed")
     return cell(True, env.get("GLOO_SOCKET_IFNAME") or done.stdout.strip())
-
-
-def binds(paths):
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-        return cell(False, ", ".join(missing), "bind source missing on this node")
-    return cell(True, "%d present" % len(paths) if paths else "none")
-
-
-def image(path, kind):
-    """Readable, and an image by its first bytes (SIF, squashfs or a sandbox directory)."""
-    if not path or "://" in path or (kind == "pyxis" and not path.endswith((".sqsh", ".squashfs"))):
-        return cell(None, path or "", "not a local file")
-    if os.path.isdir(path):
-        ok = os.path.isdir(os.path.join(path, "usr"))
-        return cell(ok, path, "" if ok else "directory without /usr: not a sandbox image")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError as exc:
-        return cell(False, path, "cannot read: %s" % (exc.strerror or exc))
-    if head[32:41] == b"SIF_MAGIC" or head[:4] == b"hsqs":
-        return cell(True, "%.0f MiB" % (os.path.getsize(path) / 2 ** 20), path)
-    return cell(False, path, "not a SIF or squashfs image (first bytes %r)" % head[:8])
-
-
-def inside(wrap, conf, timeout):
-    """Start the image the way the launch does and look around in it: (image, inside, gpus)."""
-    if conf["runtime"] == "pyxis":
-        na = cell(None, "", "pyxis: the image starts with the launch step")
-        return na, na, na
-    argv = list(wrap) + ["sh", "-c", INSIDE_SH, INSIDE_PY, conf.get("launcher") or "",
-                         conf.get("program") or ""]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        bad = cell(False, argv[0], "did not start within %.0f s" % timeout)
-        return bad, cell(None), cell(None)
-    except OSError as exc:
-        return cell(False, argv[0], exc.strerror or exc), cell(None), cell(None)
-    lines = done.stdout.splitlines()
-    started = cell(True, "started") if conf["runtime"] != "bare" else cell(None, "bare")
-    if "doctor-inside-nopython" in lines:
-        return started, cell(False, "python3", "not found in the image"), cell(None)
-    facts = [json.loads(l[14:]) for l in lines if l.startswith("doctor-inside ")]
-    if not facts:
-        last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
-        return cell(False, conf.get("image") or argv[0], last), cell(None), cell(None)
-    return started, inside_cell(facts[0], conf), gpu_cell(facts[0], conf)
-
-
-def inside_cell(f, conf):
-    for name in (conf.get("launcher"), conf.get("program")):
-        if name and not f["which"].get(name):
-            return cell(False, name, "not found on the PATH inside")
-    torch = f.get("torch")
-    if conf.get("min_torch") and not torch:
-        return cell(False, "torch", "not installed inside (python %s)" % f["python"])
-    if conf.get("min_torch") and _version(torch) < _version(conf["min_torch"]):
-        return cell(False, "torch " + torch, "torchrun_jsc needs >= " + conf["min_torch"])
-    return cell(True, "torch %s" % torch if torch else "python %s" % f["python"])
-
-
-def _version(text):
-    out = []
-    for part in text.split("+")[0].split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit()) or "0"
-        out.append(int(digits[:4]))
-    return tuple(out)
-
-
-def gpu_cell(f, conf):
-    want, cvd, devs = conf.get("gpus", 0), f.get("cvd"), f.get("devs", [])
-    seen = [d for d in (cvd or "").split(",") if d]
-    value = "%d requested, CUDA_VISIBLE_DEVICES=%s, %d device files" % (want, cvd or "", len(devs))
-    if want == 0:
-        return cell(True, "none requested (sees %d)" % len(seen))
-    if len(seen) != want:
-        return cell(False, value, "the container does not see the requested GPUs")
-    if conf.get("fake_gpus"):
-        return cell(True, "%d (fake GRES: device files not checked)" % want)
-    if len(devs) < want:
-        return cell(False, value, "no /dev/nvidia* devices inside (no --nv, or no driver)")
-    return cell(True, "%d" % want)
-
-
-def space(conf, env):
-    path = env.get("ENROOT_DATA_PATH")
-    if conf["runtime"] != "enroot" or not path:
-        return cell(None)
-    probe = path
-    while not os.path.exists(probe) and probe not in ("/", ""):
-        probe = os.path.dirname(probe)
-    st = os.statvfs(probe)
-    free = st.f_bavail * st.f_frsize
-    need = 3 * os.path.getsize(conf["image"]) if os.path.isfile(conf["image"]) else 0
-    value = "%.1f GiB free at %s" % (free / 2 ** 30, probe)
-    if free < need:
-        return cell(False, value, "need %.1f GiB (3x the squashfs) to unpack it" % (need / 2 ** 30))
-    return cell(True, value)
 
 
 def run_node(conf, host, port, wrap, env=None):

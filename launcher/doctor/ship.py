@@ -4,7 +4,8 @@ Where it sits: spec -> runtimes + plans -> jobscript text, with **ship** adding 
 preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
 the per-node setup and before the launch. Pure: the script text is assembled from the kit's
 own modules (the address rule of launcher/torchrun_jsc/addresses.py, the interface finder
-of launcher/ifname.py, launcher/doctor/node.py and report.py), so there is one copy of each.
+of launcher/ifname.py, launcher/doctor/local.py, node.py and report.py), so there is one
+copy of each.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def node_script() -> str:
     """One standard-library python3 script: ``python3 -c SCRIPT node|table|json ...``."""
     addresses = (HERE.parent / "torchrun_jsc" / "addresses.py").read_text(encoding="utf-8")
     parts = [addresses, f"IFNAME_PY = {PY_IFNAME!r}\n",
+             (HERE / "local.py").read_text(encoding="utf-8"),
              (HERE / "node.py").read_text(encoding="utf-8"),
              (HERE / "report.py").read_text(encoding="utf-8")]
     return "\n".join(parts)
