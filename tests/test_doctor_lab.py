@@ -27,6 +27,16 @@ PORT = 28431  # outside the derived range 29500-30499 that other jobs use
 IMAGE = REPO / "image.sif"
 
 
+@pytest.fixture(scope="module")
+def image() -> Path:
+    """image.sif at the repository root: built with the project's own target when missing."""
+    if not IMAGE.exists():
+        done = subprocess.run(["make", "image"], cwd=REPO, capture_output=True, text=True,
+                              timeout=1800, check=False)
+        assert done.returncode == 0, f"make image failed:\n{done.stdout[-3000:]}{done.stderr}"
+    return IMAGE
+
+
 def _env() -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     return dict(env, PYTHONPATH=str(REPO), DOCTOR_IMAGE=str(IMAGE))
@@ -67,7 +77,7 @@ def _under_allocation(folder: Path, scenario: str, spec: str) -> Tuple[dict, dic
     return docs[0], run[0], done.stderr
 
 
-def test_four_faults_one_run_inside_an_allocation(cluster, shared_tmp: Path):
+def test_four_faults_one_run_inside_an_allocation(cluster, image, shared_tmp: Path):
     # jwb0001: our own program holds the rendezvous port. jwb0002: resolves jwb0001i to
     # itself (its hosts file), lacks the bind source and holds a broken image (both under
     # its own /tmp).
@@ -116,7 +126,7 @@ def test_wrong_suffix_through_its_own_job(cluster, shared_tmp: Path):
     assert not list(shared_tmp.glob(".doctor-*")), "temporary script or log left behind"
 
 
-def test_preflight_stops_the_job_before_the_launch(cluster, shared_tmp: Path):
+def test_preflight_stops_the_job_before_the_launch(cluster, image, shared_tmp: Path):
     tag = shared_tmp.name
     spec = _spec(kind="bare")
     spec["job"]["node_output"] = None

@@ -9,6 +9,7 @@ one standard-library script (launcher.doctor.ship); ``main`` is that script's en
 import json
 import os
 import sys
+import time
 
 if "run_node" not in globals():  # imported in the kit (shipped: defined above)
     from launcher.doctor.node import COLUMNS, MARK, cell, run_node  # noqa: F401
@@ -65,7 +66,7 @@ def _short(c):
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
 
 
-def render_table(reports):
+def render_table(reports, step=None):
     """The table: a row per node, a column per check, crosses with value and cause."""
     rows = [["node"] + list(COLUMNS)]
     rows += [[r["node"]] + [_short(r["checks"][c]) for c in COLUMNS] for r in reports]
@@ -79,10 +80,11 @@ def render_table(reports):
     for node, col, c in bad:
         lines.append("%s %s: %s%s" % (node, col, c["value"], ": " + c["cause"] if c["cause"]
                                       else ""))
-    lines.append("doctor: all checks passed" if not bad else
-                 "doctor: %d check%s failed on %d node%s" % (
+    took = "" if step is None else " (step %.1f s)" % step
+    lines.append("doctor: all checks passed" + took if not bad else
+                 "doctor: %d check%s failed on %d node%s%s" % (
                      len(bad), "s" if len(bad) != 1 else "", len({b[0] for b in bad}),
-                     "s" if len({b[0] for b in bad}) != 1 else ""))
+                     "s" if len({b[0] for b in bad}) != 1 else "", took))
     return "\n".join(lines) + "\n"
 
 
@@ -95,7 +97,8 @@ def render_json(reports):
 
 
 def main(argv):
-    """``node CONF HOST PORT -- WRAP...`` | ``table|json CONF HOST PORT NODES`` (stdin)."""
+    """``node CONF HOST PORT -- WRAP...`` | ``table|json CONF HOST PORT NODES [T0]`` (the
+    reports on stdin; T0: when the step started, epoch seconds, for its duration)."""
     what, conf, host, port = argv[0], json.loads(argv[1]), argv[2], int(argv[3])
     if what == "node":
         wrap = argv[5:] if argv[4:5] == ["--"] else []
@@ -104,10 +107,11 @@ def main(argv):
         sys.stdout.flush()
         os._exit(0)  # a check thread stuck in a hung filesystem must not hold the step
     reports = collect(sys.stdin.read().splitlines(), argv[4].split())
+    step = time.time() - float(argv[5]) if len(argv) > 5 and argv[5] else None
     if what == "json":  # for the CLI, which renders the table or --json itself
         sys.stdout.write(RESULT_MARK + json.dumps(reports) + "\n")
     else:
-        sys.stdout.write(render_table(reports))
+        sys.stdout.write(render_table(reports, step))
     return 1 if failures(reports) else 0
 
 

@@ -59,7 +59,8 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), "--ntasks-per-node=1",
                          "python3", "-c", Var("doctor_py"), "node", *where, "--",
                          *runtime.wrap([])]
-    collect: List[Token] = ["python3", "-c", Var("doctor_py"), output, *where, Var("hostnames")]
+    collect: List[Token] = ["python3", "-c", Var("doctor_py"), output, *where, Var("hostnames"),
+                            Var("doctor_t0")]
     stmts: List[Statement] = [
         Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
         Assign("doctor_py", node_script()),
@@ -72,5 +73,6 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
          "# the CLI, which prints the table."]
     stop = ('{ echo "preflight: a check failed (table above); not launching" >&2; exit 1; }'
             if output == "table" else "exit 1")
+    stmts.append(Raw('doctor_t0="$(date +%s.%N)"  # the table reports the step\'s duration'))
     return head + [render_statement(s) for s in stmts] + [
         join(step) + " \\\n    | " + join(collect) + " \\\n    || " + stop, ""]
