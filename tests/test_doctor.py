@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,27 @@ def test_cli_errors(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err == (
         "s.yaml: --: inside an allocation (SLURM_JOB_ID is set) the doctor uses its nodes; "
         "sbatch options and --nodelist mean nothing here, got '-p x'\n")
+
+
+@pytest.mark.ring2
+def test_clock_skew_and_a_foreign_program_on_the_port():
+    import threading
+
+    def serve(sock, payload):
+        conn, _ = sock.accept()
+        with conn:
+            conn.sendall(payload())
+            conn.recv(16)
+
+    for payload, expect in (
+            (lambda: (json.dumps({"doctor": "n1", "t": time.time() + 5}) + "\n").encode(),
+             "clock differs from the first node's by more than 2 s"),
+            (lambda: b"SSH-2.0-OpenSSH\r\n", "no clock from the first node")):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(1)
+            threading.Thread(target=serve, args=(sock, payload), daemon=True).start()
+            tcp, clock = node.reach("127.0.0.1", sock.getsockname()[1], time.time() + 3, 2.0)
+        assert tcp["ok"] is True
+        assert clock["cause"] == expect
+        assert clock["ok"] is (None if "no clock" in expect else False)
