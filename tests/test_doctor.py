@@ -243,3 +243,20 @@ def test_clock_skew_and_a_foreign_program_on_the_port():
         assert tcp["ok"] is True
         assert clock["cause"] == expect
         assert clock["ok"] is (None if "no clock" in expect else False)
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "jobs").glob("*.yaml")))
+def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    import yaml
+
+    data = yaml.safe_load((ROOT / "jobs" / name).read_text())
+    data.setdefault("launch", {})["preflight"] = True
+    text = render_jobscript(parse_spec(yaml.safe_dump(data), f"jobs/{name}"))
+    assert text.index("# Preflight") < text.index("# Launch:")
+    script = tmp_path / "s.job"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    if shutil.which("shellcheck"):
+        subprocess.run(["shellcheck", "-S", "warning", str(script)], check=True)
