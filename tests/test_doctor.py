@@ -160,6 +160,9 @@ def test_inside_checks_launcher_torch_and_gpus():
              "cvd": "0,1", "devs": []}
     assert local.inside_cell(facts, _conf(min_torch="1.9"))["cause"] == \
         "torchrun_jsc needs >= 1.9"
+    shadowed = dict(facts, torch="2.1.0", label_torch="2.13.0+cpu")
+    assert local.inside_cell(shadowed, _conf())["cause"].startswith(
+        "the image was built with torch 2.13.0+cpu: another torch shadows it")
     assert local.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* devices")
     assert local.gpu_cell(facts, _conf(gpus=2, fake_gpus=True))["value"] == \
         "2 (fake GRES: device files not checked)"

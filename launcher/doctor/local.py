@@ -17,6 +17,11 @@ try:
     out["torch"] = metadata.version("torch")
 except Exception:
     out["torch"] = None
+try:  # the kit's images record the torch they were built with (Apptainer's labels)
+    out["label_torch"] = json.load(open("/.singularity.d/labels.json")).get(
+        "org.torchrun-jsc.torch-version")
+except Exception:
+    out["label_torch"] = None
 out["cvd"] = os.environ.get("CUDA_VISIBLE_DEVICES")
 out["devs"] = sorted(glob.glob("/dev/nvidia[0-9]*"))
 print("doctor-inside " + json.dumps(out))
@@ -89,6 +94,10 @@ def inside_cell(f, conf):
         return cell(False, "torch", "not installed inside (python %s)" % f["python"])
     if conf.get("min_torch") and _version(torch) < _version(conf["min_torch"]):
         return cell(False, "torch " + torch, "torchrun_jsc needs >= " + conf["min_torch"])
+    label = f.get("label_torch")
+    if torch and label and torch != label:
+        return cell(False, "torch " + torch, "the image was built with torch %s: another torch "
+                    "shadows it (PYTHONPATH, a bound venv, ~/.local?)" % label)
     return cell(True, "torch %s" % torch if torch else "python %s" % f["python"])
 
 
