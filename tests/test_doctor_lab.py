@@ -63,11 +63,12 @@ def _cause(result: dict, node: str, check: str) -> str:
     return f"{found[0]['value']}: {found[0]['cause']}" if found else ""
 
 
-def _under_allocation(folder: Path, scenario: str, spec: str) -> Tuple[dict, dict, str]:
+def _under_allocation(folder: Path, scenario: str, spec: str, salloc: List[str] = (),
+                      doctor: List[str] = ()) -> Tuple[dict, dict, str]:
     """salloc both nodes, apply the faults, run `doctor --json`; (its JSON, labfaults, err)."""
-    argv = ["salloc", "-N2", "--exclusive", "-p", "batch", "-t", "5", sys.executable,
+    argv = ["salloc", "-N2", "--exclusive", "-p", "batch", "-t", "5", *salloc, sys.executable,
             str(REPO / "tests" / "labfaults.py"), scenario, str(PORT), folder.name, "--",
-            sys.executable, "-m", "launcher", "doctor", "--json", spec]
+            sys.executable, "-m", "launcher", "doctor", "--json", *doctor, spec]
     done = subprocess.run(argv, cwd=folder, env=_env(), capture_output=True, text=True,
                           timeout=300, check=False)
     lines = done.stdout.splitlines()
@@ -101,13 +102,19 @@ def test_four_faults_one_run_inside_an_allocation(cluster, image, shared_tmp: Pa
 
 
 def test_dropped_traffic_inside_an_allocation(cluster, shared_tmp: Path):
-    spec = _write(shared_tmp, "drop.yaml", _spec())
-    result, run, err = _under_allocation(shared_tmp, "drop", spec)
+    # Also the GPU check with the lab's fake GRES: 2 per node, counted, and said so.
+    spec = _spec()
+    spec["job"]["gpus_per_node"] = 2
+    name = _write(shared_tmp, "drop.yaml", spec)
+    result, run, err = _under_allocation(shared_tmp, "drop", name, ["--gpus-per-node=2"],
+                                         ["--fake-gpus"])
     assert run["rc"] == 1, err
     assert _crosses(result) == {("jwb0002", "tcp")}, result["failures"]
     assert "no answer within the deadline: packets are dropped" in \
         _cause(result, "jwb0002", "tcp")
     assert result["nodes"][1]["checks"]["iface"]["value"] == "jwb0002i"
+    assert [n["checks"]["gpus"]["value"] for n in result["nodes"]] == \
+        ["2 (fake GRES: device files not checked)"] * 2
     assert run["seconds"] < 10, run
 
 

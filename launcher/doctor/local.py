@@ -120,7 +120,8 @@ def gpu_cell(f, conf):
     if conf.get("fake_gpus"):
         return cell(True, "%d (fake GRES: device files not checked)" % want)
     if len(devs) < want:
-        return cell(False, value, "no /dev/nvidia* devices inside (no --nv, or no driver)")
+        return cell(False, value, "no /dev/nvidia* device files inside the container "
+                    "(Apptainer without --nv, Enroot without its nvidia hook, or no driver)")
     return cell(True, "%d" % want)
 
 
