@@ -163,7 +163,7 @@ def test_inside_checks_launcher_torch_and_gpus():
     shadowed = dict(facts, torch="2.1.0", label_torch="2.13.0+cpu")
     assert local.inside_cell(shadowed, _conf())["cause"].startswith(
         "the image was built with torch 2.13.0+cpu: another torch shadows it")
-    assert local.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* devices")
+    assert local.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* device files")
     assert local.gpu_cell(facts, _conf(gpus=2, fake_gpus=True))["value"] == \
         "2 (fake GRES: device files not checked)"
     assert local.gpu_cell(facts, _conf(gpus=4))["cause"] == \
