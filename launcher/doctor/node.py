@@ -1,14 +1,15 @@
-"""The doctor's node side: every check on one node, and the table of all nodes' reports.
+"""The doctor's node side: every check on one node, the network ones with the first node.
 
 Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node** (one task
 per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
-line) -> **node** again (``table``: the reports from stdin -> the table or JSON, exit status).
-Shipped to the nodes as text (launcher.doctor.ship prepends the address rule of
-launcher/torchrun_jsc/addresses.py, the interface finder of launcher/ifname.py and the
-node-local checks of launcher/doctor/local.py), so it
-needs the standard library only and runs with the node's python3; imported in the kit, it
-takes both from there. Every check has its own deadline and the whole node side ends with
-``os._exit`` at the latest deadline, so a hung filesystem or a dropped packet costs seconds.
+line) -> launcher.doctor.report (the reports -> the table or JSON, exit status). The first
+node listens on the rendezvous port and answers each other node with its clock; the others
+resolve the name, connect and measure. Shipped to the nodes as text (launcher.doctor.ship
+prepends the address rule of launcher/torchrun_jsc/addresses.py, the interface finder of
+launcher/ifname.py and the node-local checks of launcher/doctor/local.py), so it needs the
+standard library only and runs with the node's python3; imported in the kit, it takes them
+from there. Every check has its own deadline and the node side ends with ``os._exit``, so a
+hung filesystem or a dropped packet costs seconds, not the step.
 """
 
 import json
@@ -29,6 +30,8 @@ if "cell" not in globals():
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
            "space", "clock")  # README "Doctor" says what each checks
+
+
 def in_thread(fn, timeout, late):
     """fn() in a daemon thread; ``late`` (a cell) when it has not returned within timeout."""
     box = []
@@ -49,10 +52,7 @@ def resolve(host, family, timeout):
     def work():
         infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
         return list(dict.fromkeys(i[4][0].split("%")[0] for i in infos))
-    try:
-        found = in_thread(work, timeout, None)
-    except Exception:
-        found = None
+    found = in_thread(work, timeout, None)
     if found is None:
         return None, cell(False, host, "no answer within %.0f s (check DNS or /etc/hosts)" % timeout)
     if isinstance(found, dict):  # the thread's crash cell: getaddrinfo's error
