@@ -102,7 +102,7 @@ def _allocated(folder: Path, scenario: str, cmd: List[str], cap: float) -> Dict[
             str(ROOT / "tests" / "labfaults.py"), scenario, str(PORT), folder.name, "--",
             "timeout", str(cap), *cmd]
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=cap + 120, check=False)
+                          timeout=cap + 1800, check=False)  # queue waits: the lab is shared
     run = [json.loads(l[11:]) for l in done.stdout.splitlines() if l.startswith("labfaults: ")]
     return {"run": run[0] if run else None, "out": done.stdout + done.stderr}
 
