@@ -70,7 +70,7 @@ def _under_allocation(folder: Path, scenario: str, spec: str, salloc: List[str] 
             str(REPO / "tests" / "labfaults.py"), scenario, str(PORT), folder.name, "--",
             sys.executable, "-m", "launcher", "doctor", "--json", *doctor, spec]
     done = subprocess.run(argv, cwd=folder, env=_env(), capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=900, check=False)  # salloc may wait for others' jobs
     lines = done.stdout.splitlines()
     run = [json.loads(l[len("labfaults: "):]) for l in lines if l.startswith("labfaults: ")]
     docs = [json.loads(l) for l in lines if l.startswith("{")]
