@@ -2,10 +2,10 @@
 
 Where it sits: spec -> runtimes + plans -> jobscript text, with **ship** adding the
 preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
-the per-node setup and before the launch. Pure: the script text is assembled from the kit's
-own modules (the address rule of launcher/torchrun_jsc/addresses.py, the interface finder
-of launcher/ifname.py, launcher/doctor/local.py, node.py and report.py), so there is one
-copy of each.
+the per-node setup and before the launch. Deterministic: the script text is assembled from
+the kit's own modules (the address rule of launcher/torchrun_jsc/addresses.py, the interface
+finder of launcher/ifname.py, launcher/doctor/local.py, node.py and report.py), so there is
+one copy of each; only their source files are read, nothing of the machine.
 """
 
 from __future__ import annotations
