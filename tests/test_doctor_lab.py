@@ -122,7 +122,9 @@ def test_wrong_suffix_through_its_own_job(cluster, shared_tmp: Path):
     spec = _spec()
     spec["site"] = {"profile": "generic", "hostname_suffix": "-ib"}
     name = _write(shared_tmp, "suffix.yaml", spec)
-    done = subprocess.run([sys.executable, "-m", "launcher", "doctor", name], cwd=shared_tmp,
+    # --nodelist and options after -- reach that job's sbatch
+    done = subprocess.run([sys.executable, "-m", "launcher", "doctor", name, "--nodelist",
+                           "jwb[0001-0002]", "--", "--job-name=doctor-suffix"], cwd=shared_tmp,
                           env=_env(), capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
