@@ -117,6 +117,9 @@ FAULTS = {  # fault -> the labfaults scenario that applies it
 }
 
 
+CAUSES = ("torchrun_jsc: error", "FATAL", "Error", "error:")  # the job's own words, first
+
+
 def _verdict(result: Dict[str, object], cap: float) -> str:
     run = result["run"]
     if not isinstance(run, dict):
@@ -126,8 +129,12 @@ def _verdict(result: Dict[str, object], cap: float) -> str:
         return f"hangs: killed at {cap:.0f} s"
     if "TRAINED" in out:
         return f"{run['seconds']:.1f} s, ran (rc {run['rc']})"
-    lines = [l for l in out.splitlines() if "rror" in l or "FATAL" in l]
-    return f"{run['seconds']:.1f} s, rc {run['rc']}: " + (lines[-1][:100] if lines else "")
+    lines = [l.strip() for l in out.splitlines() if not l.startswith(("srun:", "salloc:"))]
+    for word in CAUSES:
+        found = [l for l in lines if word in l]
+        if found:
+            return f"{run['seconds']:.1f} s, rc {run['rc']}: {found[0][:160]}"
+    return f"{run['seconds']:.1f} s, rc {run['rc']}"
 
 
 def faults(cap: float = FAULT_CAP_S) -> str:

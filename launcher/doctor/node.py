@@ -54,7 +54,8 @@ def resolve(host, family, timeout):
         return list(dict.fromkeys(i[4][0].split("%")[0] for i in infos))
     found = in_thread(work, timeout, None)
     if found is None:
-        return None, cell(False, host, "no answer within %.0f s (check DNS or /etc/hosts)" % timeout)
+        return None, cell(False, host, "no answer within %.0f s (check DNS or /etc/hosts)"
+                          % timeout)
     if isinstance(found, dict):  # the thread's crash cell: getaddrinfo's error
         return None, cell(False, host, "does not resolve: " + _why(found["cause"]))
     try:
@@ -101,7 +102,8 @@ def listen(port):
                 return None, cell(False, "port %d" % port, "already in use on this node "
                                   "(another program or job listens there)")
             last = exc
-    return None, cell(False, "port %d" % port, "cannot listen: %s" % getattr(last, "strerror", last))
+    return None, cell(False, "port %d" % port, "cannot listen: %s"
+                      % getattr(last, "strerror", last))
 
 
 def serve(sock, peers, deadline, me):
@@ -181,8 +183,10 @@ def _answer(s, t0, where, skew_max):
     return cell(True, "%.0f ms" % ((t1 - t0) * 1000), where), clock
 
 
-def iface(host, env, timeout):
-    """The interface torchrun_jsc would pick (launcher/ifname.py), and the user's names."""
+def iface(addr, env, timeout):
+    """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc would
+    pick towards ``addr`` (the address the name check chose by the same rule; None: the name
+    does not resolve), found by launcher/ifname.py."""
     names = {n for _, n in socket.if_nameindex()}
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = env.get(var, "")
@@ -193,13 +197,15 @@ def iface(host, env, timeout):
             if want and not (want in names if exact else any(n.startswith(want) for n in names)):
                 return cell(False, "%s=%s" % (var, value), "no interface %r on this node (it "
                             "has %s)" % (want, ", ".join(sorted(names))))
+    if addr is None:
+        return cell(None, "", "the name does not resolve")
     try:
-        done = subprocess.run([sys.executable, "-c", IFNAME_PY, host], capture_output=True,
+        done = subprocess.run([sys.executable, "-c", IFNAME_PY, addr], capture_output=True,
                               text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return cell(False, host, "no interface found within %.0f s" % timeout)
+        return cell(False, addr, "no interface found within %.0f s" % timeout)
     if done.returncode != 0:
-        return cell(False, host, done.stderr.strip().splitlines()[-1:] or "failed")
+        return cell(False, addr, (done.stderr.strip().splitlines() or ["failed"])[-1])
     return cell(True, env.get("GLOO_SOCKET_IFNAME") or done.stdout.strip())
 
 
@@ -215,19 +221,24 @@ def run_node(conf, host, port, wrap, env=None):
     if first:  # listen before anything else: the others connect as soon as they resolved
         listener, out["tcp"] = listen(port)
     side = {}
-    worker = threading.Thread(target=lambda: side.update(_side_checks(conf, host, wrap, env)),
+    worker = threading.Thread(target=lambda: side.update(_side_checks(conf, wrap, env)),
                               daemon=True)
     worker.start()
     addr, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
+    nic = {}
+    finder = threading.Thread(target=lambda: nic.update(
+        iface=iface(addr, env, conf.get("timeout", 5.0))), daemon=True)
+    finder.start()
     if addr is not None:
         local = is_local(addr)
         if first:
-            out["first"] = cell(local, "yes" if local else addr, "" if local else "not an address of this node, "
-                                "which is the first node (the name points elsewhere)")
+            out["first"] = cell(local, "yes" if local else addr, "" if local else
+                                "not an address of this node, which is the first node (the "
+                                "name points elsewhere)")
         else:
-            out["first"] = cell(not local, "yes" if not local else addr, "" if not local else "an address of this "
-                                "node, not of the first node (this node resolves the name "
-                                "to itself)")
+            out["first"] = cell(not local, "yes" if not local else addr, "" if not local else
+                                "an address of this node, not of the first node (this node "
+                                "resolves the name to itself)")
             if local:  # connecting would only reach this node itself
                 out["tcp"] = cell(None, "", "the name points to this node")
             else:
@@ -240,10 +251,10 @@ def run_node(conf, host, port, wrap, env=None):
         serve(listener, peers, net_deadline, me)
     worker.join(max(0.0, start + conf.get("deadline", 12.0) - time.time()))
     late = cell(False, "", "check did not finish within %g s" % conf.get("deadline", 12.0))
-    for key in ("iface", "binds", "image", "inside", "gpus", "space"):
+    finder.join(max(0.0, start + conf.get("deadline", 12.0) - time.time()))
+    for key in ("binds", "image", "inside", "gpus", "space"):
         out[key] = side.get(key, late)
-    if addr is None and out["iface"]["value"] == host:  # the name check names the cause
-        out["iface"] = cell(None, "", "the name does not resolve")
+    out["iface"] = nic.get("iface", late)
     if first:
         out["clock"] = cell(True, "reference")
     return {"node": env.get("SLURMD_NODENAME") or socket.gethostname(),
@@ -256,13 +267,12 @@ def _family(env):
     return (env.get("TORCHRUN_JSC_ADDRESS_FAMILY", "").strip().lower() or "auto")
 
 
-def _side_checks(conf, host, wrap, env):
+def _side_checks(conf, wrap, env):
     """The checks that need no other node, run beside the network exchange."""
     t = conf.get("timeout", 5.0)
     out = {"binds": in_thread(lambda: binds(conf.get("binds", [])), t,
                               cell(False, "", "stat did not return within %g s (hung "
-                                   "filesystem?)" % t)),
-           "iface": iface(host, env, t)}
+                                   "filesystem?)" % t))}
     img = in_thread(lambda: image(conf.get("image"), conf["runtime"]), t,
                     cell(False, conf.get("image"), "reading did not finish within %g s" % t))
     started, ins, gpus = inside(wrap, conf, conf.get("start_timeout", 10.0))
