@@ -263,3 +263,17 @@ def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
     subprocess.run(["bash", "-n", str(script)], check=True)
     assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
     subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+
+
+@pytest.mark.ring1
+def test_first_node_cell():
+    assert node.first_cell(True, "10.0.0.1", ["10.0.0.1"], ["10.0.0.1"])["ok"] is True
+    assert node.first_cell(False, "10.0.0.1", ["10.0.0.1"], [])["ok"] is True
+    assert node.first_cell(True, "10.0.0.2", ["10.0.0.2"], [])["cause"].startswith(
+        "not an address of this node, which is the first node")
+    assert node.first_cell(False, "10.0.0.2", ["10.0.0.2"], ["10.0.0.2"])["cause"].endswith(
+        "(this node resolves the name to itself)")
+    assert node.first_cell(False, "10.0.0.2", ["10.0.0.2", "10.0.0.1"], ["10.0.0.2"]) == \
+        node.cell(False, "10.0.0.2, 10.0.0.1", "resolves to addresses on this node (10.0.0.2) "
+                  "and not on it (10.0.0.1): use a name of one node only")
+    assert node.first_cell(False, None, [], [])["ok"] is None

@@ -48,21 +48,21 @@ def in_thread(fn, timeout, late):
 
 
 def resolve(host, family, timeout):
-    """(chosen address or None, cell): every address, then the rule torchrun_jsc applies."""
+    """(chosen address or None, every address, cell): the rule torchrun_jsc applies."""
     def work():
         infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
         return list(dict.fromkeys(i[4][0].split("%")[0] for i in infos))
     found = in_thread(work, timeout, None)
     if found is None:
-        return None, cell(False, host, "no answer within %.0f s (check DNS or /etc/hosts)"
-                          % timeout)
+        return None, [], cell(False, host, "no answer within %.0f s (check DNS or "
+                              "/etc/hosts)" % timeout)
     if isinstance(found, dict):  # the thread's crash cell: getaddrinfo's error
-        return None, cell(False, host, "does not resolve: " + _why(found["cause"]))
+        return None, [], cell(False, host, "does not resolve: " + _why(found["cause"]))
     try:
         chosen = candidates(host, found, family)[0]
     except ValueError as exc:
-        return None, cell(False, host, exc)
-    return chosen, cell(True, chosen, ", ".join(found))
+        return None, found, cell(False, host, exc)
+    return chosen, found, cell(True, chosen, ", ".join(found))
 
 
 def _why(text):
@@ -209,6 +209,23 @@ def iface(addr, env, timeout):
     return cell(True, env.get("GLOO_SOCKET_IFNAME") or done.stdout.strip())
 
 
+def first_cell(first, addr, found, mine):
+    """Does the chosen address belong to the first node (and only to it)? ``mine``: those of
+    the name's addresses that are this node's."""
+    if addr is None:
+        return cell(None)
+    if mine and len(mine) < len(found):  # torchrun_jsc refuses such a name
+        return cell(False, ", ".join(found), "resolves to addresses on this node (%s) and not "
+                    "on it (%s): use a name of one node only" % (
+                        ", ".join(mine), ", ".join(a for a in found if a not in mine)))
+    local = addr in mine
+    if first:
+        return cell(local, "yes" if local else addr, "" if local else "not an address of "
+                    "this node, which is the first node (the name points elsewhere)")
+    return cell(not local, "yes" if not local else addr, "" if not local else "an address of "
+                "this node, not of the first node (this node resolves the name to itself)")
+
+
 def run_node(conf, host, port, wrap, env=None):
     """Every check on this node: the report (a dict) that the table collects."""
     env = dict(os.environ if env is None else env)
@@ -224,28 +241,20 @@ def run_node(conf, host, port, wrap, env=None):
     worker = threading.Thread(target=lambda: side.update(_side_checks(conf, wrap, env)),
                               daemon=True)
     worker.start()
-    addr, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
+    addr, found, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
     nic = {}
     finder = threading.Thread(target=lambda: nic.update(
         iface=iface(addr, env, conf.get("timeout", 5.0))), daemon=True)
     finder.start()
-    if addr is not None:
-        local = is_local(addr)
-        if first:
-            out["first"] = cell(local, "yes" if local else addr, "" if local else
-                                "not an address of this node, which is the first node (the "
-                                "name points elsewhere)")
-        else:
-            out["first"] = cell(not local, "yes" if not local else addr, "" if not local else
-                                "an address of this node, not of the first node (this node "
-                                "resolves the name to itself)")
-            if local:  # connecting would only reach this node itself
-                out["tcp"] = cell(None, "", "the name points to this node")
-            else:
-                out["tcp"], clock = reach(addr, port, net_deadline, conf.get("max_skew", 2.0))
-                out["clock"] = clock or cell(None, "", "no answer from the first node")
-    elif not first:
+    mine = [a for a in found if is_local(a)]
+    out["first"] = first_cell(first, addr, found, mine)
+    if not first and addr is None:
         out["tcp"] = cell(None, "", "the name does not resolve")
+    elif not first and addr in mine:  # connecting would only reach this node itself
+        out["tcp"] = cell(None, "", "the name points to this node")
+    elif not first:
+        out["tcp"], clock = reach(addr, port, net_deadline, conf.get("max_skew", 2.0))
+        out["clock"] = clock or cell(None, "", "no answer from the first node")
     if listener is not None:
         me = env.get("SLURMD_NODENAME") or socket.gethostname()
         serve(listener, peers, net_deadline, me)
