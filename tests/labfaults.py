@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +61,8 @@ def hosts_entry(node: str, name: str, addr: str) -> Iterator[None]:
 def drop_between(node: str, peer_addr: str) -> Iterator[None]:
     """Drop every packet between ``node`` and ``peer_addr`` (both directions, in node's
     network namespace)."""
+    if shutil.which("iptables") is None:  # Debian's apptainer pulls it in (make setup)
+        raise SystemExit("labfaults: iptables not found: apt-get install iptables")
     rules = [["INPUT", "-s", peer_addr, "-j", "DROP"], ["OUTPUT", "-d", peer_addr, "-j", "DROP"]]
     ns = ["nsenter", f"--net=/run/netns/{node}", "--", "iptables", "-w"]
     _log(f"START drop fault: {node} <-> {peer_addr} dropped")

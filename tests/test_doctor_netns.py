@@ -8,6 +8,7 @@ Nothing shared is touched: the namespaces are this test's and removed afterwards
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -76,6 +77,7 @@ def test_healthy_pair_passes(pair):
 
 
 def test_dropped_traffic_is_named_within_seconds(pair):
+    assert shutil.which("iptables"), "iptables missing (Debian's apptainer pulls it in: make setup)"
     ns = ["nsenter", "--net=/run/netns/docn1", "--", "iptables", "-w"]
     rules = [["INPUT", "-s", ADDR["docn2"], "-j", "DROP"],
              ["OUTPUT", "-d", ADDR["docn2"], "-j", "DROP"]]
