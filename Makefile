@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-fast torch-compat jobs image horovod-image enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-fast torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -74,9 +74,21 @@ horovod.sif: build/base-$(BASE).sif containers/horovod.def containers/files/horo
 	$(BUILD_IMAGE) horovod $(BASE)
 horovod-image: horovod.sif
 
+# accelerate, deepspeed, ray, submitit (requirements/launchers.txt) on image.sif, offline from a
+# host-made wheelhouse; a layer of its own so image.sif stays as small and quick as it is.
+launchers.sif: image.sif containers/launchers.def requirements/launchers.txt scripts/check-pins.py
+	$(BUILD_IMAGE) launchers
+launchers-image: launchers.sif
+
 image.sqsh: image.sif
 	$(BUILD_IMAGE) enroot image.sif image.sqsh
 enroot-image: image.sqsh
+horovod.sqsh: horovod.sif
+	$(BUILD_IMAGE) enroot horovod.sif horovod.sqsh
+horovod-enroot-image: horovod.sqsh
+launchers.sqsh: launchers.sif
+	$(BUILD_IMAGE) enroot launchers.sif launchers.sqsh
+launchers-enroot-image: launchers.sqsh
 
 # --- Jobscripts (launcher composer, README.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).

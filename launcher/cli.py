@@ -20,7 +20,7 @@ from launcher.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
-from launcher.plans import render_preview
+from launcher.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError
 from launcher.spec import load_spec
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script

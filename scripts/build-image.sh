@@ -4,6 +4,7 @@
 #   build-image.sh base NAME [OUT]  containers/base-NAME.def -> build/base-NAME.sif (or OUT)
 #   build-image.sh image NAME       containers/pytorch.def on build/base-NAME.sif -> image.sif
 #   build-image.sh horovod NAME     containers/horovod.def on build/base-NAME.sif -> horovod.sif
+#   build-image.sh launchers [SIF]  containers/launchers.def on image.sif -> launchers.sif
 #   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
 #   build-image.sh commit           print the git commit the image label records
 #
@@ -245,6 +246,27 @@ fill_horovod_wheelhouse() {
     touch "$stamp"
 }
 
+# The launchers (requirements/launchers.txt): wheels for the image's Python, and deepspeed's
+# sdist (built inside the image against its torch). One directory per version of the pins.
+LAUNCHERS_REQ=$repo/requirements/launchers.txt
+
+fill_launchers_wheelhouse() {
+    local dir=$build/wheelhouse/launchers stamp pyver
+    [ -f "$LAUNCHERS_REQ" ] || die "$LAUNCHERS_REQ missing: the launchers' pins come with the repository"
+    stamp=$dir/.complete-$(md5sum <"$LAUNCHERS_REQ" | cut -c1-12)
+    [ -f "$stamp" ] && return 0
+    pip_python
+    # The wheels must fit the image's Python (bookworm's and the docker base's 3.11).
+    pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    [ "$pyver" = 3.11 ] ||
+        die "pip download for the image needs a host Python 3.11 (the image's), $PY is $pyver: set PY=/path/to/python3.11"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    pip_download wheelhouse-launchers "the launchers' pins (${LAUNCHERS_REQ#"$repo"/})" -q -d "$dir" \
+        --no-deps --only-binary :all: --no-binary deepspeed -r "$LAUNCHERS_REQ"
+    touch "$stamp"
+}
+
 cmd_base() {
     local name=${1:?base name: local or docker} out=${2:-} start hint args=()
     [ -n "$out" ] || out=$(base_sif "$name")
@@ -323,6 +345,25 @@ cmd_horovod() {
     commit_output "$out"
 }
 
+cmd_launchers() {
+    local base=${1:-$repo/image.sif} out=${2:-$repo/launchers.sif} start
+    preflight
+    lock_or_skip "$out" || return 0
+    [ -f "$base" ] || die "$base missing: make image first (make launchers-image builds it)"
+    fill_launchers_wheelhouse
+    start=$(now)
+    apptainer_build "$out" containers/launchers.def "could not build $out on $base" \
+        --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(basename "$base")" \
+        --build-arg "GIT_COMMIT=$(git_commit)" \
+        --build-arg "WHEELHOUSE=$build/wheelhouse/launchers" \
+        --build-arg "PINS=$LAUNCHERS_REQ" --build-arg "CHECK_PINS=$repo/scripts/check-pins.py"
+    record launchers_build_s "$(elapsed "$start")"
+    start=$(now)
+    run_test "$tmp_out" launchers
+    record launchers_test_s "$(elapsed "$start")"
+    commit_output "$out"
+}
+
 # Enroot accepts the SIF's root filesystem partition (a plain squashfs), but an ordinary
 # user's `enroot create` fails (unsquashfs exit 2, "could not create character device ...
 # because you're not superuser") on the device nodes a debootstrap base keeps in /dev. Images
@@ -358,7 +399,8 @@ case ${1:-} in
     base) cmd_base "${@:2}" ;;
     image) cmd_image "${@:2}" ;;
     horovod) cmd_horovod "${@:2}" ;;
+    launchers) cmd_launchers "${@:2}" ;;
     enroot) cmd_enroot "${@:2}" ;;
     commit) git_commit ;;
-    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | enroot [SIF [SQSH]] | commit" ;;
+    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | enroot [SIF [SQSH]] | commit" ;;
 esac

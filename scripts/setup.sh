@@ -24,6 +24,8 @@ apt_packages=(slurm-wlm munge squashfs-tools debootstrap openmpi-bin libopenmpi-
               libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin)
 glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl)
 venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy)
+# accelerate, deepspeed, ray, submitit and what they pull in, pinned (issue 12's launch modes).
+launchers_req=$here/requirements/launchers.txt
 
 die() { echo "setup: $*" >&2; exit 1; }
 
@@ -51,6 +53,11 @@ if [ -c "$root/dev/fuse" ] && [ "$(stat -c %a "$root/dev/fuse")" != 666 ]; then 
 need_venv=0
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest' 2>/dev/null; then
     need_venv=1
+fi
+# Exactly the pinned versions, checked in a tenth of a second: nothing is reinstalled when they are.
+need_launchers=0
+if [ "$need_venv" = 1 ] || ! "$venv/bin/python" "$here/scripts/check-pins.py" --quiet "$launchers_req" 2>/dev/null; then
+    need_launchers=1
 fi
 
 print_plan() {
@@ -81,12 +88,16 @@ print_plan() {
         echo "  - $venv: a venv with ${venv_packages[*]} (torch 2.13 CPU; a download of several hundred MB)"
         echo "      the tests, make bench and make demo run in it"
     fi
+    if [ "$need_launchers" = 1 ]; then
+        echo "  - $venv: accelerate, deepspeed, ray, submitit as pinned in requirements/launchers.txt (about 320 MB)"
+        echo "      the accelerate, deepspeed, ray and submitit launch modes; torch and numpy stay as installed"
+    fi
     echo "  apt and pip output: $log"
 }
 
 nothing_to_do() {
     [ "${#missing[@]}" = 0 ] && [ "$need_apptainer" = 0 ] && [ "$need_config" = 0 ] &&
-        [ "$need_fuse" = 0 ] && [ "$need_venv" = 0 ]
+        [ "$need_fuse" = 0 ] && [ "$need_venv" = 0 ] && [ "$need_launchers" = 0 ]
 }
 
 if [ "$plan_only" = 1 ]; then
@@ -165,6 +176,19 @@ make_venv() {
     "$venv/bin/pip" install -q "${venv_packages[@]}"
 }
 
+# The pins, with the venv's torch and numpy held where they are. deepspeed is an sdist whose
+# setup.py imports torch: --no-build-isolation builds it with the venv's torch and setuptools,
+# DS_BUILD_OPS=0 as pure Python (its ops compile on first use, where a compiler is).
+install_launchers() {
+    local cons
+    cons=$(mktemp)
+    "$venv/bin/python" -c 'from importlib.metadata import version as v
+for name in ("torch", "numpy"): print(f"{name}=={v(name)}")' >"$cons" || { rm -f "$cons"; return 1; }
+    DS_BUILD_OPS=0 "$venv/bin/pip" install -q --no-build-isolation -c "$cons" -r "$launchers_req" ||
+        { rm -f "$cons"; return 1; }
+    rm -f "$cons"
+}
+
 installed=1
 if nothing_to_do; then
     installed=0
@@ -183,6 +207,9 @@ else
         step "apptainer from sid" apt_install apptainer/sid
     fi
     if [ "$need_venv" = 1 ]; then step "venv $venv with torch 2.13 (several minutes)" make_venv; fi
+    if [ "$need_launchers" = 1 ]; then
+        step "launchers into $venv (requirements/launchers.txt)" install_launchers
+    fi
 fi
 # Both are quick and idempotent; they also run when nothing had to be installed.
 step_quiet() { "$@" >>"$log" 2>&1 || { tail -n 5 "$log" >&2; die "$* failed (full log: $log)"; }; }

@@ -43,7 +43,8 @@ def script_args(command: str) -> set[str]:
 
 
 def test_there_are_definitions() -> None:
-    assert {d.name for d in DEFS} == {"base-local.def", "base-docker.def", "pytorch.def", "horovod.def"}
+    assert {d.name for d in DEFS} == {"base-local.def", "base-docker.def", "pytorch.def", "horovod.def",
+                                      "launchers.def"}
 
 
 @pytest.mark.parametrize("definition", DEFS, ids=lambda d: d.name)
@@ -53,7 +54,8 @@ def test_every_used_argument_has_a_default_and_every_default_is_used(definition:
 
 
 @pytest.mark.parametrize("definition,command", [
-    ("base-local.def", "base"), ("pytorch.def", "image"), ("horovod.def", "horovod")])
+    ("base-local.def", "base"), ("pytorch.def", "image"), ("horovod.def", "horovod"),
+    ("launchers.def", "launchers")])
 def test_script_passes_only_arguments_the_definition_uses(definition: str, command: str) -> None:
     passed = script_args(command)
     declared = declared_args((REPO / "containers" / definition).read_text())
@@ -62,7 +64,7 @@ def test_script_passes_only_arguments_the_definition_uses(definition: str, comma
     assert passed and passed <= declared
 
 
-@pytest.mark.parametrize("definition", ["pytorch.def", "horovod.def"])
+@pytest.mark.parametrize("definition", ["pytorch.def", "horovod.def", "launchers.def"])
 def test_images_have_the_promised_sections(definition: str) -> None:
     text = (REPO / "containers" / definition).read_text()
     found = sections(text)

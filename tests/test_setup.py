@@ -17,7 +17,8 @@ import pytest
 pytestmark = pytest.mark.ring2
 
 ROOT = Path(__file__).resolve().parent.parent
-COREUTILS = ["bash", "dirname", "grep", "cat", "rm", "touch", "date", "tail", "mkdir", "cp", "stat"]
+COREUTILS = ["bash", "dirname", "grep", "cat", "rm", "touch", "date", "tail", "mkdir", "cp", "stat",
+             "mktemp"]
 APT = ["slurm-wlm", "munge", "shellcheck"]  # a few of setup.sh's list, enough to tell
 
 
@@ -27,7 +28,9 @@ def stub(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-VENV_PYTHON = 'exit 0'  # `python -c 'import torch, yaml, pytest'` succeeds
+# `python -c 'import torch, yaml, pytest'` succeeds; scripts/check-pins.py finds the launchers'
+# pins unless FAKE_PINS_MISSING is set.
+VENV_PYTHON = ('case "$1" in */check-pins.py) [ -z "${FAKE_PINS_MISSING:-}" ] ;; *) exit 0 ;; esac')
 VENV_PIP = 'echo "pip $*" >>"$RECORD"'
 
 
@@ -44,6 +47,9 @@ class Host:
         self.record.write_text("")
         (self.repo / "scripts").mkdir(parents=True)
         shutil.copy(ROOT / "scripts/setup.sh", self.repo / "scripts/setup.sh")
+        shutil.copy(ROOT / "scripts/check-pins.py", self.repo / "scripts/check-pins.py")
+        (self.repo / "requirements").mkdir()
+        shutil.copy(ROOT / "requirements/launchers.txt", self.repo / "requirements/launchers.txt")
         stub(self.repo / "scripts/apptainer-config.sh", 'echo "apptainer-config" >>"$RECORD"')
         self.bin.mkdir()
         for tool in COREUTILS:
@@ -156,6 +162,7 @@ def test_terminal_yes_installs_with_progress_lines_and_apt_output_in_the_log(hos
         "setup: glibc from trixie (for sid's apptainer)",
         "setup: apptainer from sid",
         f"setup: venv {host.venv} with torch 2.13 (several minutes)",
+        f"setup: launchers into {host.venv} (requirements/launchers.txt)",
         f"setup: ok (venv {host.venv}, apptainer version 1.4.5, slurm 22.05.8)",
     ]
     assert "apt noise" not in p.stdout + p.stderr
@@ -165,6 +172,8 @@ def test_terminal_yes_installs_with_progress_lines_and_apt_output_in_the_log(hos
            "slurm-wlm munge shellcheck" in calls
     assert "-t trixie libc6 libc-bin" in calls and "apptainer/sid" in calls
     assert "pip install -q torch==2.13.0" in calls
+    assert "pip install -q --no-build-isolation -c " in calls
+    assert f"-r {host.repo}/requirements/launchers.txt" in calls
     assert (host.root / "etc/apt/preferences.d/torchrun-jsc-trixie-sid").exists()
 
 
@@ -207,3 +216,16 @@ def test_unknown_option_is_one_line(host):
     p = host.run("--yse")
     assert p.returncode == 1
     assert p.stderr == "setup: unknown option '--yse': usage: setup.sh [--plan] [--yes]\n"
+
+
+def test_launchers_alone_are_installed_when_their_pins_are_not_met(host):
+    host.everything_installed()
+    p = host.run("--plan", FAKE_PINS_MISSING="1")
+    assert "accelerate, deepspeed, ray, submitit as pinned in requirements/launchers.txt" in p.stdout
+    p = host.run(FAKE_PINS_MISSING="1")
+    assert p.returncode == 0, p.stderr
+    assert [ln for ln in p.stdout.splitlines() if ln.startswith("setup: l")] == [
+        f"setup: launchers into {host.venv} (requirements/launchers.txt)"]
+    calls = host.installs()
+    assert "python3 -m venv" not in calls and "apt-get" not in calls
+    assert f"-r {host.repo}/requirements/launchers.txt" in calls

@@ -16,6 +16,7 @@ from typing import List, Literal
 
 from launcher.ifname import PY_IFNAME
 from launcher.model import JobSpec
+from launcher.modes import mode_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement, word
 
@@ -37,7 +38,7 @@ def node_script() -> str:
 def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
     """What the node side checks, from the spec (JSON for the script)."""
     rt, launch = spec.runtime, spec.launch
-    per_node = launch.mode in ("torchrun", "mpirun_torchrun")
+    per_node = "command" in mode_for(launch.mode).keys  # modes with a per-node launcher
     launcher = launch.command[0] if per_node else None
     return {
         "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],

@@ -1,0 +1,203 @@
+"""submitit from Python with a job spec: ``executor_for(spec_path, folder)``.
+
+Where it sits: **spec** (launcher.spec, the one parser) -> this module -> a submitit
+SlurmExecutor. The submitted function runs as ``job.nodes`` x ``launch.procs_per_node``
+Slurm tasks, inside the spec's container, with what ``init_process_group("env://")`` needs:
+RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
+first node's inter-node name (its hostname + ``site.hostname_suffix``; submitit's own
+TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
+MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule
+(launcher.plans.SOCKET_IFNAME). Those are set by the composer's task script, in each task,
+before Python starts: submitit's ``python`` command becomes
+``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
+Containers: Apptainer (the folder bound at its own path) and Enroot (the composer's per-node
+create step as an srun before submitit's; submitit's variables forwarded by name); pyxis
+is refused (see UNSUPPORTED).
+
+``submitit_plan`` is pure (parameters and shell text); ``executor_for`` only adds the
+import of submitit and the executor object. Do not call submitit's
+TorchDistributedEnvironment().export() in the function: the variables are set already
+(it refuses to run when MASTER_ADDR is set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from launcher.jobscript import _env_lines, _site_lines
+from launcher.model import Bind, JobSpec, SpecError
+from launcher.placement import cpu_lines, exclusive_default
+try:  # the launch modes' shared pieces (launcher/modes/common.py once modes are units)
+    from launcher.modes.common import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, \
+        SOCKET_IFNAME
+except ImportError:
+    from launcher.plans import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, SOCKET_IFNAME
+from launcher.runtimes import ContainerRuntime, runtime_for
+from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
+from launcher.spec import load_spec
+
+TASK_ENV_VAR = "submitit_task_env"
+TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
+# Runtimes submitit cannot start, and why (one line each, for the SpecError).
+UNSUPPORTED = {
+    "pyxis": "pyxis takes the container through srun flags, and submitit writes its srun "
+             "flags shell-quoted, so the container name stamped on the node and the $PWD "
+             "mount the composer uses cannot be expanded there; use runtime kind enroot "
+             "(the same squashfs, started by enroot) or apptainer",
+}
+# What each container runtime cannot bind (the submitit folder must be bound at its path).
+_UNBINDABLE = {"apptainer": ":,", "enroot": ":, \t\n\r"}
+# submitit's own variables (SUBMITIT_EXECUTOR, ...) must reach Python inside Enroot, which
+# forwards variables by name only.
+_SUBMITIT_NAMES = ("SUBMITIT_*",)
+
+
+@dataclass(frozen=True)
+class SubmititPlan:
+    """What executor_for hands to submitit: the python command and update_parameters()."""
+
+    python: str
+    parameters: Dict[str, Any]
+    setup: Tuple[str, ...]
+
+
+def minutes(time: str) -> int:
+    """A Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; validated by launcher.spec) in
+    whole minutes, rounded up: submitit takes its time limit in minutes."""
+    days, _, rest = time.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # D-H[:M[:S]]
+        hours, mins, secs = (parts + [0, 0])[:3]
+        seconds = ((int(days) * 24 + hours) * 60 + mins) * 60 + secs
+    elif len(parts) == 3:  # H:M:S
+        seconds = (parts[0] * 60 + parts[1]) * 60 + parts[2]
+    else:  # M or M:S
+        seconds = parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+    return max(1, math.ceil(seconds / 60))
+
+
+def _bind_root(folder: str) -> str:
+    """The directory to bind for a submitit folder: the folder itself, or, when it holds a
+    %-pattern (%j, ...) that submitit fills per job, the directory above that part."""
+    if "%" not in folder:
+        return folder.rstrip("/") or "/"
+    head = folder.split("%", 1)[0]
+    return head.rstrip("/") if head.endswith("/") else (os.path.dirname(head) or "/")
+
+
+def _rendezvous_lines(spec: JobSpec) -> List[Statement]:
+    port = spec.launch.rdzv_port
+    return [
+        Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
+        Raw('hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"'),
+        Raw("first_node=\"${hostnames%%$'\\n'*}\""),
+        Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
+            'exit 1; fi'),
+        Raw(f'export MASTER_ADDR="${{first_node}}{spec.site.hostname_suffix}"'),
+        Raw(f"export MASTER_PORT=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
+            else f"export MASTER_PORT={port}"),
+    ]
+
+
+def _node_setup(runtime: ContainerRuntime) -> List[Statement]:
+    """The runtime's once-per-node step (Enroot: create the container), as its own srun
+    before submitit's, as the composer's jobscripts run it."""
+    inner = runtime.setup_argv()
+    if not inner:
+        return []
+    return [Raw(f"# Once per node: {type(runtime).__name__.lower()} setup."),
+            Raw(join(["srun", "--kill-on-bad-exit=1", word("--nodes=", Var("SLURM_JOB_NUM_NODES")),
+                      "--ntasks-per-node=1", *inner]) + " || exit 1")]
+
+
+def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> SubmititPlan:
+    """The executor's python command, parameters and sbatch set-up lines for ``spec``.
+
+    ``folder``: the absolute submitit folder (bound into the container at the same path).
+    ``python``: the bare runtime's interpreter (default: this one, as submitit does; python3
+    from the venv when site.venv is set)."""
+    job, kind = spec.job, spec.runtime.kind
+    if kind in UNSUPPORTED:
+        raise SpecError(spec.source, "runtime.kind", f"submitit cannot use {kind}: "
+                        f"{UNSUPPORTED[kind]}", kind)
+    if job.requeue is not None:
+        raise SpecError(spec.source, "job.requeue", "submitit requeues by itself (on its "
+                        "own USR2 signal; submitit.helpers.Checkpointable); remove job.requeue")
+    if not folder.startswith("/"):
+        raise ValueError(f"submitit folder must be an absolute path, got {folder!r}")
+    if kind in _UNBINDABLE:
+        root = _bind_root(folder)
+        bad = [repr(c) for c in _UNBINDABLE[kind] if c in root]
+        if bad:
+            raise ValueError(f"{kind} cannot bind the submitit folder {root!r} (it contains "
+                             f"{' or '.join(bad)}): choose a folder without them")
+        binds = spec.runtime.binds + (Bind(root, root),)
+        env = dataclasses.replace(spec.env, passthrough=spec.env.passthrough + _SUBMITIT_NAMES)
+        spec = dataclasses.replace(
+            spec, env=env, runtime=dataclasses.replace(spec.runtime, binds=binds))
+    runtime = runtime_for(spec)
+    interpreter = None if kind == "bare" and not spec.site.venv else ["python3"]
+    if python is not None and interpreter:
+        where = f"site.venv {spec.site.venv}" if kind == "bare" else f"the {kind} image"
+        raise ValueError(f"python= is for the bare runtime without site.venv; this spec runs "
+                         f"python3 from {where}")
+    inner = join(runtime.wrap(interpreter), width=10**9) if interpreter else \
+        (python or shlex.quote(sys.executable))
+    command = f'bash -c "${TASK_ENV_VAR}" submitit-task {inner}'
+
+    statements: List[Statement] = [
+        *_site_lines(spec), *_env_lines(spec, runtime),
+        *cpu_lines(spec.launch.procs_per_node), *_rendezvous_lines(spec),
+        *runtime.batch_lines(), *_node_setup(runtime),
+        Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
+        Assign(TASK_ENV_VAR, TASK_ENV),
+    ]
+    setup = tuple(render_statement(s) for s in statements)
+
+    params: Dict[str, Any] = {
+        "job_name": job.name, "nodes": job.nodes,
+        "ntasks_per_node": spec.launch.procs_per_node, "setup": list(setup),
+    }
+    if job.time is not None:
+        params["time"] = minutes(job.time)
+    for key in ("partition", "account", "cpus_per_task"):
+        if getattr(job, key) is not None:
+            params[key] = getattr(job, key)
+    if job.gpus_per_node:
+        params["gpus_per_node"] = job.gpus_per_node
+    extra = {k: (True if v is None else v) for k, v in job.sbatch}
+    if exclusive_default(spec) is not None:
+        params["exclusive"] = True
+    if extra:
+        params["additional_parameters"] = extra
+    return SubmititPlan(python=command, parameters=params, setup=setup)
+
+
+def executor_for(spec_path: str, folder: str, python: Optional[str] = None) -> Any:
+    """A submitit SlurmExecutor that runs submitted functions as the spec says.
+
+    ``job = executor_for("jobs/sum_submitit.yaml", "build/submitit/%j").submit(fn)``;
+    ``job.results()`` then holds one result per task (rank order). Raises SpecError for a
+    spec it cannot run (one line), ImportError when submitit is missing."""
+    spec = load_spec(spec_path)
+    absolute = str(Path(folder).expanduser().absolute())
+    plan = submitit_plan(spec, absolute, python)
+    try:
+        from submitit import SlurmExecutor
+    except ImportError:
+        raise ImportError("submitit is not installed in this Python: pip install the pinned "
+                          "version from requirements/launchers.txt (scripts/setup.sh does)") \
+            from None
+    executor = SlurmExecutor(folder=absolute, python=plan.python)
+    executor.update_parameters(**plan.parameters)
+    return executor
+
+
+__all__ = ["SubmititPlan", "executor_for", "minutes", "submitit_plan"]

@@ -1,0 +1,288 @@
+"""launcher.submitit: submitit executors from job specs.
+
+Ring 1: the executor's parameters and python command from a spec (launcher.submitit_plan),
+one-line errors for what submitit cannot run. Ring 2: executor_for with the real submitit
+(pinned in requirements/launchers.txt) writes its sbatch file, and bash runs that file with
+the recording fakes (tests/fakes/fake.py): every task gets its rank, the first node's
+inter-node name and a socket interface before Python starts, inside the container.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from launcher.model import SpecError
+from launcher.spec import parse_spec
+from launcher.submitit import TASK_ENV, minutes, submitit_plan
+from tests.fakes import fake
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = "/shared/sub mit/%j"
+
+
+def spec(runtime: str = "runtime: bare", job: str = "", site: str = "site: jsc"):
+    """A 2 x 2 srun spec; ``job``: extra lines of the job mapping (indented two spaces)."""
+    text = ('job:\n  nodes: 2\n  time: "00:10:00"\n  partition: batch\n' + job.rstrip("\n")
+            + "\n" + f"{site}\n{runtime}\n"
+            + "launch:\n  mode: srun\n  procs_per_node: 2\nprogram: [python3, x.py]\n")
+    return parse_spec(text.replace("\n\n", "\n"), "s.yaml")
+
+
+# --- Ring 1 ---------------------------------------------------------------------------------
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("text,expected", [
+    ("30", 30), ("0:5", 1), ("10:30", 11), ("00:10:00", 10), ("1:00:01", 61), ("1-2", 1560),
+    ("1-02:30", 1590), ("1-00:00:01", 1441)])
+def test_slurm_times_become_whole_minutes_rounded_up(text, expected):
+    assert minutes(text) == expected
+
+
+@pytest.mark.ring1
+def test_parameters_come_from_the_job_and_launch_sections():
+    s = spec(job="  account: proj1\n  cpus_per_task: 3\n  gpus_per_node: 4\n"
+                 "  sbatch: {mem: 10G, reservation: r 1, hint: true}")
+    p = submitit_plan(s, FOLDER).parameters
+    assert {k: v for k, v in p.items() if k != "setup"} == {
+        "job_name": "s", "nodes": 2, "ntasks_per_node": 2, "time": 10, "partition": "batch",
+        "account": "proj1", "cpus_per_task": 3, "gpus_per_node": 4,
+        # cpus_per_task set: no --exclusive (launcher.placement's rule, as in jobscripts)
+        "additional_parameters": {"mem": "10G", "reservation": "r 1", "hint": True}}
+
+
+@pytest.mark.ring1
+def test_whole_nodes_by_default_and_no_time_when_the_spec_has_none():
+    s = parse_spec("job: {nodes: 3}\nprogram: [x]\n", "t.yaml")
+    p = submitit_plan(s, FOLDER).parameters
+    assert p["exclusive"] is True and p["nodes"] == 3 and p["ntasks_per_node"] == 1
+    assert "time" not in p and "partition" not in p and p["job_name"] == "t"
+
+
+@pytest.mark.ring1
+def test_bare_runs_this_python_or_the_venvs_or_the_one_given():
+    assert submitit_plan(spec(), FOLDER).python == \
+        f'bash -c "$submitit_task_env" submitit-task {shlex.quote(sys.executable)}'
+    assert submitit_plan(spec(), FOLDER, python="/opt/py 3/bin/python").python.endswith(
+        "submitit-task /opt/py 3/bin/python")  # as given: submitit's python is a shell command
+    venv = submitit_plan(spec(site="site: {profile: jsc, venv: .venv}"), FOLDER)
+    assert venv.python.endswith("submitit-task python3")
+    assert "source .venv/bin/activate" in venv.setup
+
+
+@pytest.mark.ring1
+def test_python_is_only_for_bare_without_venv():
+    with pytest.raises(ValueError) as err:
+        submitit_plan(spec("runtime: {kind: apptainer, image: i.sif}"), FOLDER, python="/p")
+    assert str(err.value) == ("python= is for the bare runtime without site.venv; this spec runs "
+                              "python3 from the apptainer image")
+
+
+@pytest.mark.ring1
+def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
+    rt = "runtime: {kind: apptainer, image: my img.sif, binds: [/data]}"
+    plain = submitit_plan(spec(rt), FOLDER).python
+    assert plain == ('bash -c "$submitit_task_env" submitit-task apptainer exec --bind /data:/data '
+                     "--bind '/shared/sub mit:/shared/sub mit' --bind \"${PWD}\" 'my img.sif' python3")
+    gpus = submitit_plan(spec(rt, job="  gpus_per_node: 4"), FOLDER).python
+    assert "apptainer exec --nv --bind" in gpus
+    assert "--bind /f/x:/f/x " in submitit_plan(spec(rt), "/f/x").python  # no %j: the folder
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("site,addr", [("site: jsc", 'export MASTER_ADDR="${first_node}i"'),
+                                       ("site: generic", 'export MASTER_ADDR="${first_node}"')])
+def test_master_is_the_first_nodes_inter_node_name(site, addr):
+    setup = submitit_plan(spec(site=site), FOLDER).setup
+    assert addr in setup
+    assert 'hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"' in setup
+    assert "export MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))" in setup
+
+
+@pytest.mark.ring1
+def test_port_site_and_env_sections_reach_the_setup():
+    s = parse_spec(textwrap.dedent("""\
+        job: {nodes: 2}
+        site: {profile: jsc, socket_ifname: ib0, env: {NCCL_IB_GID_INDEX: "3"}}
+        env: {set: {HOSTILE: "a b 'c' $$x"}}
+        launch: {mode: srun, procs_per_node: 2, rdzv_port: 29400}
+        program: [x]
+        """), "e.yaml")
+    setup = submitit_plan(s, FOLDER).setup
+    assert "export MASTER_PORT=29400" in setup
+    assert "export GLOO_SOCKET_IFNAME=ib0" in setup and "export NCCL_SOCKET_IFNAME==ib0" in setup
+    assert "export NCCL_IB_GID_INDEX=3" in setup
+    assert "export HOSTILE='a b '\"'\"'c'\"'\"' $x'" in setup
+    assert setup[-1] == "submitit_task_env=" + shlex.quote(TASK_ENV)
+
+
+@pytest.mark.ring1
+def test_pyxis_is_refused_in_one_line_saying_why():
+    with pytest.raises(SpecError) as err:
+        submitit_plan(spec("runtime: {kind: pyxis, image: i.sqsh}"), FOLDER)
+    text = str(err.value)
+    assert text.startswith("s.yaml: runtime.kind: submitit cannot use pyxis: pyxis takes the "
+                           "container through srun flags, and submitit writes its srun flags "
+                           "shell-quoted")
+    assert "\n" not in text and text.endswith(", got 'pyxis'")
+
+
+@pytest.mark.ring1
+def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
+    plan = submitit_plan(spec("runtime: {kind: enroot, image: i.sqsh}"), "/f/%j")
+    assert plan.python == ('bash -c "$submitit_task_env" submitit-task bash -c "${enroot_start}" '
+                           'enroot-start --mount /f:/f --mount "${PWD}:${PWD}" "${enroot_run}" '
+                           'env "--chdir=${PWD}" python3')
+    setup = "\n".join(plan.setup)
+    assert ('srun --kill-on-bad-exit=1 "--nodes=${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 '
+            'bash -c \\\n    "${enroot_setup}" enroot-setup') in setup
+    # Enroot forwards by name: submitit's own variables are among the names.
+    assert "|SUBMITIT_*|" in setup
+
+
+@pytest.mark.ring1
+def test_requeue_is_submitits_own():
+    s = spec(job="  requeue: {before: 60}")
+    with pytest.raises(SpecError, match=r"^s\.yaml: job\.requeue: submitit requeues by itself"):
+        submitit_plan(s, FOLDER)
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("folder,message", [
+    ("rel/%j", "submitit folder must be an absolute path, got 'rel/%j'"),
+    ("/a:b/%j", "apptainer cannot bind the submitit folder '/a:b' (it contains ':'): "
+                "choose a folder without them"),
+    ("/a b/%j", "enroot cannot bind the submitit folder '/a b' (it contains ' '): "
+                "choose a folder without them")])
+def test_bad_folders_are_one_line(folder, message):
+    kind = message.split()[0] if message.split()[0] in ("apptainer", "enroot") else "apptainer"
+    image = "i.sif" if kind == "apptainer" else "i.sqsh"
+    with pytest.raises(ValueError) as err:
+        submitit_plan(spec(f"runtime: {{kind: {kind}, image: {image}}}"), folder)
+    assert str(err.value) == message
+
+
+@pytest.mark.ring1
+def test_the_checked_in_spec_is_the_apptainer_launchers_image():
+    from launcher.spec import load_spec
+    s = load_spec(str(ROOT / "jobs/sum_submitit.yaml"))
+    plan = submitit_plan(s, "/x/%j")
+    assert plan.python.endswith("--bind /x:/x --bind \"${PWD}\" launchers.sif python3")
+    assert (plan.parameters["nodes"], plan.parameters["ntasks_per_node"]) == (2, 2)
+
+
+# --- Ring 2 ---------------------------------------------------------------------------------
+
+def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, files=(),
+                   submit_name="submit dir", folder_name="sub mit"):
+    """executor_for on a spec file, then its sbatch file run by bash with the fakes."""
+    from launcher.submitit import executor_for
+    submit = tmp_path / submit_name
+    submit.mkdir()
+    for name in files:
+        (submit / name).write_text("")
+    (submit / "s.yaml").write_text(textwrap.dedent(spec_text))
+    env = dict(os.environ, **fake.install(tmp_path / "bin", tmp_path / "log"))
+    for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "MASTER_ADDR",
+                "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        env.pop(key, None)
+    monkeypatch.setenv("PATH", env["PATH"])  # submitit looks for srun when it is created
+    monkeypatch.chdir(submit)
+    folder = tmp_path / folder_name / "%j"
+    executor = executor_for("s.yaml", str(folder), python=python)
+    script = submit / "job.sh"
+    script.write_text(executor._make_submission_file_text(executor._submitit_command_str, "u"))
+    env.update(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="jwb[0001-0002]",
+               SLURM_NTASKS_PER_NODE="2", SLURM_JOB_CPUS_PER_NODE="48(x2)")
+    try:
+        done = subprocess.run(["bash", str(script)], cwd=submit, env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+    finally:
+        for path in fake.enroot_paths(env):  # the per-user Enroot data path (node-local /tmp)
+            shutil.rmtree(path, ignore_errors=True)
+    return done, fake.records(tmp_path / "log"), script.read_text(), folder
+
+
+BARE = """\
+job: {nodes: 2, partition: batch, time: "5"}
+site: jsc
+launch: {mode: srun, procs_per_node: 2}
+program: [python3, x.py]
+"""
+
+
+@pytest.mark.ring2
+def test_every_task_gets_rank_master_and_interface_before_python(tmp_path, monkeypatch):
+    done, records, text, folder = run_submission(tmp_path, monkeypatch, BARE, python="python3")
+    assert done.returncode == 0, done.stderr
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=2" in text
+    assert "#SBATCH --time=5" in text and "#SBATCH --exclusive" in text
+    tasks = sorted((r for r in records if r["prog"] == "python3"),
+                   key=lambda r: int(r["env"]["RANK"]))
+    assert [r["argv"] for r in tasks] == [["-u", "-m", "submitit.core._submit", str(folder)]] * 4
+    got = [(r["env"]["RANK"], r["env"]["LOCAL_RANK"], r["env"]["WORLD_SIZE"], r["env"]["NODE_RANK"])
+           for r in tasks]
+    assert got == [("0", "0", "4", "0"), ("1", "1", "4", "0"), ("2", "0", "4", "1"),
+                   ("3", "1", "4", "1")]
+    for r in tasks:
+        assert (r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"]) == ("jwb0001i", "29742")
+        assert r["env"]["GLOO_SOCKET_IFNAME"] == "ib0"  # the fake ip's route to jwb0001i
+        assert r["env"]["NCCL_SOCKET_IFNAME"] == "=ib0"
+        assert r["env"]["SRUN_CPUS_PER_TASK"] == "24"
+
+
+@pytest.mark.ring2
+def test_apptainer_tasks_run_python_in_the_image_with_the_folder_bound(tmp_path, monkeypatch):
+    spec_text = BARE.replace("site: jsc", "site: jsc\nruntime: {kind: apptainer, "
+                                          "image: my img.sif}")
+    done, records, _, folder = run_submission(tmp_path, monkeypatch, spec_text,
+                                              files=["my img.sif"])
+    assert done.returncode == 0, done.stderr
+    containers = [r for r in records if r["prog"] == "apptainer"]
+    assert len(containers) == 4
+    root = str(folder.parent)
+    for r in containers:
+        assert r["argv"] == ["exec", "--bind", f"{root}:{root}", "--bind",
+                             str(tmp_path / "submit dir"), "my img.sif", "python3", "-u", "-m",
+                             "submitit.core._submit", str(folder)]
+        assert r["env"]["MASTER_ADDR"] == "jwb0001i" and r["env"]["WORLD_SIZE"] == "4"
+    assert sorted(r["env"]["RANK"] for r in records if r["prog"] == "python3") == \
+        ["0", "1", "2", "3"]
+
+
+@pytest.mark.ring2
+def test_enroot_tasks_get_their_ranks_and_submitits_variables_inside(tmp_path, monkeypatch):
+    spec_text = BARE.replace("site: jsc", "site: jsc\nruntime: {kind: enroot, image: i.sqsh}")
+    done, records, _, folder = run_submission(tmp_path, monkeypatch, spec_text,
+                                              files=["i.sqsh"], submit_name="submit_dir",
+                                              folder_name="submitit")
+    assert done.returncode == 0, done.stdout + done.stderr
+    creates = [r for r in records if r["prog"] == "enroot" and r["argv"][:1] == ["create"]]
+    starts = [r for r in records if r["prog"] == "enroot" and r["argv"][:1] == ["start"]]
+    assert len(creates) == 1 and len(starts) == 4  # created once (the fake nodes share /tmp)
+    root = str(folder.parent)
+    for r in starts:
+        assert ["--mount", f"{root}:{root}"] == r["argv"][r["argv"].index("--mount"):][:2]
+        assert ["--env", "SUBMITIT_EXECUTOR"] in [r["argv"][i:i + 2] for i in range(len(r["argv"]))]
+    tasks = [r for r in records if r["prog"] == "python3"]
+    assert sorted(r["env"]["RANK"] for r in tasks) == ["0", "1", "2", "3"]
+    for r in tasks:
+        assert r["argv"] == ["-u", "-m", "submitit.core._submit", str(folder)]
+        assert (r["env"]["MASTER_ADDR"], r["env"]["WORLD_SIZE"]) == ("jwb0001i", "4")
+
+
+@pytest.mark.ring2
+def test_a_bad_spec_never_reaches_submitit(tmp_path, monkeypatch):
+    from launcher.submitit import executor_for
+    (tmp_path / "bad.yaml").write_text("job: {nodes: 0}\nprogram: [x]\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError) as err:
+        executor_for("bad.yaml", str(tmp_path / "f"))
+    assert str(err.value).startswith("bad.yaml: job.nodes: ")
