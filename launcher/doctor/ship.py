@@ -1,6 +1,6 @@
 """The doctor as a jobscript step: the node script's text, its config, the srun line.
 
-Where it sits: spec -> runtimes + plans -> jobscript text, with **ship** adding the
+Where it sits: spec -> runtimes + modes (plans) -> jobscript text, with **ship** adding the
 preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
 the per-node setup and before the launch. Deterministic: the script text is assembled from
 the kit's own modules (the address rule of launcher/torchrun_jsc/addresses.py, the interface
