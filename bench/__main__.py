@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("launch", "teardown", "placement", "requeue", "container", "images", "scaling")
+SECTIONS = ("launch", "teardown", "placement", "requeue", "preflight", "container", "images",
+            "scaling")
+EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
 
 
 def machine() -> str:
@@ -37,12 +39,13 @@ def machine() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    ap.add_argument("--only", action="append", choices=SECTIONS + EXTRA,
+                    help="run only these sections")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sizes", default="2,4,8", help="node counts for the scaling section")
     ap.add_argument("--bw-mb", type=int, default=64)
     a = ap.parse_args()
-    from bench import cluster_bench, image_bench, netns_bench
+    from bench import cluster_bench, doctor_bench, image_bench, netns_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -50,6 +53,8 @@ def main() -> int:
         "teardown": lambda: cluster_bench.teardown(a.repeats),
         "placement": lambda: cluster_bench.placement(a.repeats),
         "requeue": lambda: cluster_bench.requeue(a.repeats),
+        "preflight": lambda: doctor_bench.preflight(a.repeats),
+        "doctor-faults": lambda: doctor_bench.faults(),
         "container": lambda: netns_bench.with_network(
             2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
         "images": lambda: image_bench.images(a.repeats),
@@ -59,6 +64,8 @@ def main() -> int:
     titles = {"launch": "Launch latency", "teardown": "Failure teardown",
               "placement": "CPU placement (strict lab: tasks bound to cores)",
               "requeue": "Requeue (signal -> running again)",
+              "preflight": "Preflight (launch.preflight: the doctor before the launch)",
+              "doctor-faults": "Faults: the doctor vs the job without preflight",
               "container": "Container overhead", "images": "Images",
               "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)"}
     report = [f"# Bench results\n\nMachine: {machine()}\n"]

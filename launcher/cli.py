@@ -1,5 +1,5 @@
 """Command line edge of the composer: ``jsc-compose`` (= ``python -m launcher``)
-``render|check|preview|submit|venv``.
+``render|check|preview|submit|venv|doctor``.
 
 Where it sits: the only place that turns typed exceptions into one stderr line and an
 exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
@@ -9,16 +9,19 @@ traceback instead. Nothing is written unless the whole script rendered.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import PurePosixPath
 from typing import Mapping, Optional, Sequence
 
 from launcher import __version__
+from launcher.doctor.report import failures, render_json, render_table
+from launcher.doctor.run import run_here, submit_and_wait
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
 from launcher.preview import render_preview
-from launcher.model import JobSpec, SpecError
+from launcher.model import JobSpec, Preflight, SpecError
 from launcher.spec import load_spec
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script
 from launcher.venvjob import default_requirements, default_script, render_venv_job
@@ -34,7 +37,8 @@ examples:
   {prog} check jobs/ddp_container.yaml             # validate only
   {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
   {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
-  {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job"""
+  {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job
+  {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)"""
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -67,7 +71,26 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     submit.add_argument("-o", "--output", help="script path (default: the spec with .job)")
     submit.usage = f"{prog} submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
     _venv_parser(sub, debug, prog)
+    _doctor_parser(sub, debug, prog)
     return parser
+
+
+def _doctor_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
+                   debug: argparse.ArgumentParser, prog: str) -> None:
+    doctor = sub.add_parser("doctor", parents=[debug], help="check every node before the "
+                            "launch: names, ports, network, binds, image (README: Doctor)",
+                            description="Run the checks on every node: inside an allocation "
+                            "(SLURM_JOB_ID set) on its nodes, else in a short job with the "
+                            "spec's geometry. Prints a node x check table. Exit status: 0 all "
+                            "passed, 1 a check failed (or the job could not run), 2 bad spec.")
+    doctor.add_argument("spec")
+    doctor.add_argument("--json", action="store_true", help="print the reports as JSON")
+    doctor.add_argument("--nodelist", metavar="NODES",
+                        help="outside an allocation: these nodes (sbatch -w)")
+    doctor.add_argument("--fake-gpus", action="store_true", help="the GPUs are fake GRES (the "
+                        "lab): count CUDA_VISIBLE_DEVICES only, no device files")
+    doctor.usage = (f"{prog} doctor [-h] [--json] [--nodelist NODES] [--fake-gpus] spec "
+                    "[-- SBATCH_OPTION ...]")
 
 
 def _venv_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
@@ -123,6 +146,25 @@ def _check_image(spec: JobSpec) -> str:
     return found
 
 
+def _doctor(spec: JobSpec, args: argparse.Namespace) -> int:
+    """Run the checks on the allocation (or a short job), print the table; 0 = all passed."""
+    fake = args.fake_gpus or bool(spec.launch.preflight and spec.launch.preflight.fake_gpus)
+    launch = dataclasses.replace(spec.launch, preflight=Preflight(fake_gpus=fake))
+    script = render_jobscript(dataclasses.replace(spec, launch=launch), doctor=True)
+    if os.environ.get("SLURM_JOB_ID"):
+        if args.sbatch_args or args.nodelist:
+            raise SpecError(args.spec, "--", "inside an allocation (SLURM_JOB_ID is set) the "
+                            "doctor uses its nodes; sbatch options and --nodelist mean nothing "
+                            "here", " ".join(args.sbatch_args or ["--nodelist", args.nodelist]))
+        reports, other = run_here(script, os.environ)
+    else:
+        reports, other = submit_and_wait(script, args.sbatch_args, args.nodelist)
+    for line in other:
+        print(line, file=sys.stderr)
+    sys.stdout.write(render_json(reports) if args.json else render_table(reports))
+    return 1 if failures(reports) else 0
+
+
 def _sets_logs(sbatch_args: Sequence[str]) -> bool:
     """True when options for sbatch replace the spec's log files or directory."""
     return any(a.startswith(("-o", "-e", "-D", "--output", "--error", "--chdir"))
@@ -152,6 +194,8 @@ def _run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
     elif args.command == "venv":
         _build_venv(spec, args)
+    elif args.command == "doctor":
+        return _doctor(spec, args)
     elif args.command == "preview":
         try:
             sys.stdout.write(render_preview(spec, args.nodelist, args.job_id, os.getcwd()))
@@ -175,8 +219,9 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     parser = _parser(prog)
     args = parser.parse_args(argv[:cut])
     args.sbatch_args = argv[cut + 1:]
-    if args.sbatch_args and args.command not in ("submit", "venv"):
-        parser.error(f"options after '--' are for sbatch and only taken by submit and venv, "
+    if args.sbatch_args and args.command not in ("submit", "venv", "doctor"):
+        parser.error(f"options after '--' are for sbatch and only taken by submit, venv and "
+                     "doctor, "
                      f"got {' '.join(args.sbatch_args)!r}")
     try:
         return _run(args)

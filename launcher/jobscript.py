@@ -18,6 +18,7 @@ from launcher.modes import Plan, plan_launch
 from launcher.modes.base import TASK_ENV_NAME
 from launcher.modes.common import DEFAULT_PORT_BASE
 from launcher import requeue_script
+from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
     sbatch_quote, word
@@ -155,8 +156,11 @@ def _node_logs_line(pattern: str) -> List[Statement]:
                       word("(N = node index 0..", Var("last_node"), ")")]))]
 
 
-def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
-    """The batch script for ``spec``, byte for byte what `render` prints and `submit` sends."""
+def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = False) -> str:
+    """The batch script for ``spec``, byte for byte what `render` prints and `submit` sends.
+
+    ``doctor``: the script `python -m launcher doctor` runs: the same, but it ends after the
+    doctor's step (launcher.doctor.ship) instead of launching."""
     runtime, plan = plan_launch(spec)
     lines = _header(spec, version)
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
@@ -171,6 +175,12 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
     if plan.setup:
         lines += [f"# Once per node: {type(runtime).__name__.lower()} setup.",
                   join(plan.setup), ""]
+    preflight = spec.launch.preflight
+    if doctor or preflight:
+        fake = bool(preflight and preflight.fake_gpus)
+        lines += doctor_lines(spec, runtime, "json" if doctor else "table", fake)
+    if doctor:
+        return "\n".join(lines) + "\n"
     return "\n".join(lines + _step_lines(spec, plan)) + "\n"
 
 

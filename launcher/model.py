@@ -119,6 +119,13 @@ class Runtime:
 
 
 @dataclass(frozen=True)
+class Preflight:
+    """launch.preflight: the doctor's checks before the launch (launcher.doctor)."""
+
+    fake_gpus: bool = False  # the lab's fake GRES: count CUDA_VISIBLE_DEVICES, no device files
+
+
+@dataclass(frozen=True)
 class Launch:
     mode: str  # a name in launcher.modes.MODES
     procs_per_node: int
@@ -127,6 +134,7 @@ class Launch:
     max_restarts: int = 0
     mpi: MpiLauncher = "srun"
     mpi_plugin: str = "pmix"  # srun --mpi=PLUGIN (horovod with mpi: srun)
+    preflight: Optional[Preflight] = None
     options: Tuple[Tuple[str, Any], ...] = ()  # a mode's own keys (LaunchMode.options)
 
     def option(self, name: str, default: Any = None) -> Any:

@@ -15,6 +15,7 @@ from launcher.model import Job, JobSpec, Launch, MpiLauncher, SpecError
 from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
 from launcher.spec_env import load_env
+from launcher.spec_preflight import load_preflight
 from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.spec_site import check_site_env, load_site
@@ -23,7 +24,7 @@ from launcher.yamlread import Reader, load_yaml
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
         "output", "error", "node_output", "sbatch", "requeue")
-_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port")
+_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port", "preflight")
 # Every other launch key belongs to the modes that name it in LaunchMode.keys.
 _LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
 _PLUGIN = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -163,6 +164,7 @@ def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
         mpi=cast(MpiLauncher, mpi),
         mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", "pmix"), _PLUGIN,
                               "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"),
+        preflight=load_preflight(r, m.get("preflight")),
         options=tuple(sorted(options.items())),
     )
 

@@ -92,6 +92,7 @@ def test_composer_subcommands_in_readme_exist():
     named = set(re.findall(r"(?:jsc-compose|python -m launcher)\s+([a-z]+)\b", text))
     assert named, "no composer command found in README.md"
     assert named <= choices, f"unknown subcommands: {sorted(named - choices)}"
+    assert choices <= named, f"subcommands the README never shows: {sorted(choices - named)}"
 
 
 def test_readme_variables_table_matches_help():

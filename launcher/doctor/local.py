@@ -1,0 +1,141 @@
+"""The doctor's checks that need no other node: binds, the image, inside the container, GPUs,
+Enroot's free space.
+
+Where it sits: launcher.doctor.node runs these beside the network exchange on each node.
+Shipped as text with node.py (launcher.doctor.ship): standard library only, no imports from
+the kit, results as ``cell`` dicts (ok True/False/None, the value, the cause).
+"""
+
+import json
+import os
+import subprocess
+
+INSIDE_PY = r"""import glob, json, os, shutil, sys
+out = {"which": {c: shutil.which(c) for c in sys.argv[1:] if c}, "python": sys.version.split()[0]}
+try:
+    from importlib import metadata
+    out["torch"] = metadata.version("torch")
+except Exception:
+    out["torch"] = None
+try:  # the kit's images record the torch they were built with (Apptainer's labels)
+    out["label_torch"] = json.load(open("/.singularity.d/labels.json")).get(
+        "org.torchrun-jsc.torch-version")
+except Exception:
+    out["label_torch"] = None
+out["cvd"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+out["devs"] = sorted(glob.glob("/dev/nvidia[0-9]*"))
+print("doctor-inside " + json.dumps(out))
+"""
+# The image's python3 runs INSIDE_PY; without python3 the shell says so (the image did start).
+INSIDE_SH = ('command -v python3 >/dev/null 2>&1 || { echo "doctor-inside-nopython"; exit 0; }; '
+             'exec python3 -c "$0" "$@"')
+
+
+def cell(ok, value="", cause=""):
+    """One check's result: ok True (pass), False (the cross), None (does not apply)."""
+    return {"ok": ok, "value": str(value), "cause": str(cause)}
+
+
+def binds(paths):
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        return cell(False, ", ".join(missing), "bind source missing on this node")
+    return cell(True, "%d present" % len(paths) if paths else "none")
+
+
+def image(path, kind):
+    """Readable, and an image by its first bytes (SIF, squashfs or a sandbox directory)."""
+    if not path or "://" in path or (kind == "pyxis" and not path.endswith((".sqsh", ".squashfs"))):
+        return cell(None, path or "", "not a local file")
+    if os.path.isdir(path):
+        ok = os.path.isdir(os.path.join(path, "usr"))
+        return cell(ok, path, "" if ok else "directory without /usr: not a sandbox image")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        return cell(False, path, "cannot read: %s" % (exc.strerror or exc))
+    if head[32:41] == b"SIF_MAGIC" or head[:4] == b"hsqs":
+        return cell(True, "%.0f MiB" % (os.path.getsize(path) / 2 ** 20), path)
+    return cell(False, path, "not a SIF or squashfs image (first bytes %r)" % head[:8])
+
+
+def inside(wrap, conf, timeout):
+    """Start the image the way the launch does and look around in it: (image, inside, gpus)."""
+    if conf["runtime"] == "pyxis":
+        na = cell(None, "", "pyxis: the image starts with the launch step")
+        return na, na, na
+    argv = list(wrap) + ["sh", "-c", INSIDE_SH, INSIDE_PY, conf.get("launcher") or "",
+                         conf.get("program") or ""]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        bad = cell(False, argv[0], "did not start within %.0f s" % timeout)
+        return bad, cell(None), cell(None)
+    except OSError as exc:
+        return cell(False, argv[0], exc.strerror or exc), cell(None), cell(None)
+    lines = done.stdout.splitlines()
+    started = cell(True, "started") if conf["runtime"] != "bare" else cell(None, "bare")
+    if "doctor-inside-nopython" in lines:
+        return started, cell(False, "python3", "not found in the image"), cell(None)
+    facts = [json.loads(l[14:]) for l in lines if l.startswith("doctor-inside ")]
+    if not facts:
+        last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+        return cell(False, conf.get("image") or argv[0], last), cell(None), cell(None)
+    return started, inside_cell(facts[0], conf), gpu_cell(facts[0], conf)
+
+
+def inside_cell(f, conf):
+    for name in (conf.get("launcher"), conf.get("program")):
+        if name and not f["which"].get(name):
+            return cell(False, name, "not found on the PATH inside")
+    torch = f.get("torch")
+    if conf.get("min_torch") and not torch:
+        return cell(False, "torch", "not installed inside (python %s)" % f["python"])
+    if conf.get("min_torch") and _version(torch) < _version(conf["min_torch"]):
+        return cell(False, "torch " + torch, "torchrun_jsc needs >= " + conf["min_torch"])
+    label = f.get("label_torch")
+    if torch and label and torch != label:
+        return cell(False, "torch " + torch, "the image was built with torch %s: another torch "
+                    "shadows it (PYTHONPATH, a bound venv, ~/.local?)" % label)
+    return cell(True, "torch %s" % torch if torch else "python %s" % f["python"])
+
+
+def _version(text):
+    out = []
+    for part in text.split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit()) or "0"
+        out.append(int(digits[:4]))
+    return tuple(out)
+
+
+def gpu_cell(f, conf):
+    want, cvd, devs = conf.get("gpus", 0), f.get("cvd"), f.get("devs", [])
+    seen = [d for d in (cvd or "").split(",") if d]
+    value = "%d requested, CUDA_VISIBLE_DEVICES=%s, %d device files" % (want, cvd or "", len(devs))
+    if want == 0:
+        return cell(True, "none requested (sees %d)" % len(seen))
+    if len(seen) != want:
+        return cell(False, value, "the container does not see the requested GPUs")
+    if conf.get("fake_gpus"):
+        return cell(True, "%d (fake GRES: device files not checked)" % want)
+    if len(devs) < want:
+        return cell(False, value, "no /dev/nvidia* device files inside the container "
+                    "(Apptainer without --nv, Enroot without its nvidia hook, or no driver)")
+    return cell(True, "%d" % want)
+
+
+def space(conf, env):
+    path = env.get("ENROOT_DATA_PATH")
+    if conf["runtime"] != "enroot" or not path:
+        return cell(None)
+    probe = path
+    while not os.path.exists(probe) and probe not in ("/", ""):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    need = 3 * os.path.getsize(conf["image"]) if os.path.isfile(conf["image"]) else 0
+    value = "%.1f GiB free at %s" % (free / 2 ** 30, probe)
+    if free < need:
+        return cell(False, value, "need %.1f GiB (3x the squashfs) to unpack it" % (need / 2 ** 30))
+    return cell(True, value)

@@ -1,0 +1,94 @@
+"""`python -m launcher doctor SPEC`: run the doctor's script on real nodes, get the reports.
+
+Where it sits: spec -> jobscript text (``render_jobscript(doctor=True)``: the job's own
+set-up, then the doctor's step) -> **run** -> launcher.doctor.report (table or JSON).
+Inside an allocation (``SLURM_JOB_ID`` set, e.g. under ``salloc``) the script runs here with
+bash and its srun uses the allocation; otherwise it is submitted as a short job with the
+spec's geometry (sbatch options pass through) and this waits for it, polling squeue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+from launcher.doctor.report import RESULT_MARK
+from launcher.submit import SubmitError, sbatch
+
+POLL_S = 0.2  # squeue is cheap; the doctor's job itself takes seconds
+
+
+def parse_output(text: str) -> Tuple[List[dict], List[str]]:
+    """(the reports, every other line) from the script's output."""
+    reports: Optional[List[dict]] = None
+    other = []
+    for line in text.splitlines():
+        if line.startswith(RESULT_MARK):
+            reports = json.loads(line[len(RESULT_MARK):])
+        else:
+            other.append(line)
+    if reports is None:
+        tail = "; ".join(other[-5:]) or "no output"
+        raise SubmitError(f"doctor: the check step printed no reports ({tail})")
+    return reports, other
+
+
+def run_here(script: str, env: Mapping[str, str], timeout: float = 300.0) -> Tuple[List[dict],
+                                                                                  List[str]]:
+    """Inside an allocation: the script with bash, here (its srun steps use the allocation)."""
+    try:
+        done = subprocess.run(["bash", "-c", script, "doctor"], capture_output=True, text=True,
+                              env=dict(env), timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"doctor: the check step did not end within {timeout:.0f} s") from None
+    sys.stderr.write(done.stderr)
+    return parse_output(done.stdout)
+
+
+def submit_and_wait(script: str, sbatch_args: Sequence[str], nodelist: Optional[str],
+                    wait_s: float = 900.0) -> Tuple[List[dict], List[str]]:
+    """Outside an allocation: a short job with the spec's geometry; wait for it, read its log."""
+    fd, path = tempfile.mkstemp(prefix=".doctor-", suffix=".job", dir=".")
+    log = f"{path[:-4]}-%j.out"
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(script)
+    extra = [f"--output={log}", f"--error={log}"]
+    if not any(a.startswith(("-t", "--time")) for a in sbatch_args):
+        extra.append("--time=5")
+    if nodelist:
+        extra.append(f"--nodelist={nodelist}")
+    try:
+        job = sbatch(path, [*extra, *sbatch_args])
+    finally:
+        Path(path).unlink(missing_ok=True)
+    out = Path(log.replace("%j", job))
+    try:
+        _wait(job, wait_s)
+        text = out.read_text(encoding="utf-8", errors="replace") if out.exists() else ""
+    finally:
+        out.unlink(missing_ok=True)
+    return parse_output(text)
+
+
+def _wait(job: str, wait_s: float) -> None:
+    start = time.monotonic()
+    end, told = start + wait_s, False
+    while time.monotonic() < end:
+        done = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True,
+                              text=True, check=False)
+        state = done.stdout.strip()
+        if done.returncode != 0 or not state:
+            return
+        if state.startswith("PENDING") and not told and time.monotonic() - start > 3:
+            print(f"doctor: job {job} waits in the queue ({state.split(' ', 1)[-1]})",
+                  file=sys.stderr)
+            told = True
+        time.sleep(POLL_S)
+    subprocess.run(["scancel", job], check=False)
+    raise SubmitError(f"doctor: job {job} did not end within {wait_s:.0f} s; cancelled")

@@ -1,0 +1,79 @@
+"""The doctor as a jobscript step: the node script's text, its config, the srun line.
+
+Where it sits: spec -> runtimes + modes (plans) -> jobscript text, with **ship** adding the
+preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
+the per-node setup and before the launch. Deterministic: the script text is assembled from
+the kit's own modules (the address rule of launcher/torchrun_jsc/addresses.py, the interface
+finder of launcher/ifname.py, launcher/doctor/local.py, node.py and report.py), so there is
+one copy of each; only their source files are read, nothing of the machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Literal
+
+from launcher.ifname import PY_IFNAME
+from launcher.model import JobSpec
+from launcher.modes import mode_for
+from launcher.runtimes import ContainerRuntime
+from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement, word
+
+HERE = Path(__file__).resolve().parent
+MIN_TORCH = "1.9"  # torchrun_jsc's own minimum
+Output = Literal["table", "json"]
+
+
+def node_script() -> str:
+    """One standard-library python3 script: ``python3 -c SCRIPT node|table|json ...``."""
+    addresses = (HERE.parent / "torchrun_jsc" / "addresses.py").read_text(encoding="utf-8")
+    parts = [addresses, f"IFNAME_PY = {PY_IFNAME!r}\n",
+             (HERE / "local.py").read_text(encoding="utf-8"),
+             (HERE / "node.py").read_text(encoding="utf-8"),
+             (HERE / "report.py").read_text(encoding="utf-8")]
+    return "\n".join(parts)
+
+
+def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
+    """What the node side checks, from the spec (JSON for the script)."""
+    rt, launch = spec.runtime, spec.launch
+    per_node = "command" in mode_for(launch.mode).keys  # modes with a per-node launcher
+    launcher = launch.command[0] if per_node else None
+    return {
+        "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],
+        "gpus": spec.job.gpus_per_node, "fake_gpus": fake_gpus,
+        "launcher": launcher, "program": spec.program[0],
+        "min_torch": MIN_TORCH if launcher and "torchrun" in launcher.rsplit("/", 1)[-1] else None,
+        "timeout": 5.0, "start_timeout": 10.0, "deadline": 12.0, "max_skew": 2.0,
+    }
+
+
+def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
+                 fake_gpus: bool = False) -> List[str]:
+    """The step: one srun task per node runs the checks, the batch shell prints the verdict.
+
+    ``table`` (launch.preflight) stops the job on a cross; ``json`` hands the reports to the
+    CLI (`python -m launcher doctor`), which renders them."""
+    conf = json.dumps(node_config(spec, fake_gpus), sort_keys=True)
+    where: List[Token] = [Var("doctor_conf"), Var("rdzv_host"), Var("rdzv_port")]
+    step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), "--ntasks-per-node=1",
+                         "python3", "-c", Var("doctor_py"), "node", *where, "--",
+                         *runtime.wrap([])]
+    collect: List[Token] = ["python3", "-c", Var("doctor_py"), output, *where, Var("hostnames"),
+                            Var("doctor_t0")]
+    stmts: List[Statement] = [
+        Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
+        Assign("doctor_py", node_script()),
+        Assign("doctor_conf", conf),
+    ]
+    head = ["# Preflight (launch.preflight): the checks of `python -m launcher doctor` on every",
+            "# node, one srun task each, before the launch; a cross stops the job here with the",
+            "# table in this log (README: Doctor)."] if output == "table" else \
+        ["# Doctor (`python -m launcher doctor`): the checks on every node; the reports go to",
+         "# the CLI, which prints the table."]
+    stop = ('{ echo "preflight: a check failed (table above); not launching" >&2; exit 1; }'
+            if output == "table" else "exit 1")
+    stmts.append(Raw('doctor_t0="$(date +%s.%N)"  # the table reports the step\'s duration'))
+    return head + [render_statement(s) for s in stmts] + [
+        join(step) + " \\\n    | " + join(collect) + " \\\n    || " + stop, ""]

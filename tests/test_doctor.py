@@ -1,0 +1,279 @@
+"""Rings 1 and 2: the doctor without Slurm. The spec key, the rendered step (bash -n,
+shellcheck, placement before the launch), the shipped script (it compiles and runs as
+``python3 -c``), each node check on this machine (a port taken, a bind source or image
+missing, a bad socket interface name), the collector (a node without a report, a node that
+resolves the name elsewhere) and the table; the CLI's one-line errors."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import main
+from launcher.doctor import local, node, report
+from launcher.doctor.ship import node_config, node_script
+from launcher.jobscript import render_jobscript
+from launcher.model import SpecError
+from launcher.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = """\
+job: {nodes: 2}
+site: jsc
+runtime: {kind: apptainer, image: image.sif, binds: [/data]}
+launch: {rdzv_port: 29400, preflight: true}
+program: [python3, train.py]
+"""
+
+
+def spec_of(text: str):
+    return parse_spec(textwrap.dedent(text), "t.yaml")
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("value, expected", [
+    ("true", (True, False)), ("false", (False, False)), ("{fake_gpus: true}", (True, True)),
+])
+def test_preflight_key(value, expected):
+    spec = spec_of(SPEC.replace("preflight: true", f"preflight: {value}"))
+    pre = spec.launch.preflight
+    assert (pre is not None, bool(pre and pre.fake_gpus)) == expected
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("value, message", [
+    ("yes please", "t.yaml: launch.preflight: must be true, false or a mapping {fake_gpus: "
+                   "BOOL}, got 'yes please'"),
+    ("{fake: true}", "t.yaml: launch.preflight: unknown key 'fake' (did you mean "
+                     "'fake_gpus'?)"),
+    ("{fake_gpus: 1}", "t.yaml: launch.preflight.fake_gpus: must be true or false, got 1"),
+])
+def test_preflight_key_errors(value, message):
+    with pytest.raises(SpecError) as err:
+        spec_of(SPEC.replace("preflight: true", f"preflight: {value}"))
+    assert str(err.value) == message
+
+
+@pytest.mark.ring1
+def test_step_runs_after_setup_and_before_the_launch(tmp_path):
+    text = render_jobscript(spec_of(SPEC))
+    step = text.index('python3 -c "${doctor_py}" node')
+    assert text.index("rdzv_port=29400") < step < text.index("# Launch:")
+    assert "|| { echo \"preflight: a check failed (table above); not launching\" >&2; exit 1; }" \
+        in text
+    assert "--bind /data:/data \\\n    --bind \"${PWD}\" image.sif \\\n    | python3" in text
+    script = tmp_path / "s.job"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
+    subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+    plain = render_jobscript(spec_of(SPEC.replace("preflight: true", "preflight: false")))
+    assert "doctor" not in plain
+
+
+@pytest.mark.ring1
+def test_doctor_script_ends_after_the_step():
+    text = render_jobscript(spec_of(SPEC), doctor=True)
+    assert "# Launch:" not in text and "srun --kill-on-bad-exit=1" not in text
+    assert text.rstrip().endswith("|| exit 1")
+    assert '"${doctor_py}" json "${doctor_conf}"' in text
+
+
+@pytest.mark.ring1
+def test_config_from_spec():
+    conf = node_config(spec_of(SPEC))
+    assert conf["binds"] == ["/data"] and conf["image"] == "image.sif"
+    assert conf["launcher"] == "torchrun_jsc" and conf["min_torch"] == "1.9"
+    srun = node_config(spec_of(SPEC.replace("rdzv_port: 29400", "mode: srun, rdzv_port: 1")))
+    assert srun["launcher"] is None and srun["min_torch"] is None
+
+
+@pytest.mark.ring1
+def test_shipped_script_is_one_standalone_program():
+    text = node_script()
+    compile(text, "doctor", "exec")
+    assert text.count("from __future__") == 1 and "def candidates(" in text
+    assert "IFNAME_PY = " in text and "def run_node(" in text and "def render_table(" in text
+
+
+def _conf(**kw):
+    conf = {"runtime": "bare", "image": None, "binds": [], "gpus": 0, "launcher": None,
+            "program": "python3", "timeout": 2.0, "deadline": 8.0, "max_skew": 2.0}
+    conf.update(kw)
+    return conf
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.ring2
+def test_one_node_passes_here():
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1")
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    env.pop("NCCL_SOCKET_IFNAME", None)
+    rep = node.run_node(_conf(), "127.0.0.1", _free_port(), [], env)
+    checks = rep["checks"]
+    assert [c for c in checks if checks[c]["ok"] is False] == [], checks
+    assert checks["tcp"]["value"] == "listening" and checks["name"]["value"] == "127.0.0.1"
+    assert checks["iface"]["value"] == "lo"
+    assert checks["inside"]["ok"] and checks["gpus"]["value"] == "none requested (sees 0)"
+
+
+@pytest.mark.ring2
+def test_port_taken_bind_and_image_missing_bad_ifname(tmp_path):
+    port = _free_port()
+    bad = tmp_path / "image.sif"
+    bad.write_bytes(b"\0" * 64)
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1",
+               GLOO_SOCKET_IFNAME="ib9", NCCL_SOCKET_IFNAME="=lo")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", port))
+        taken.listen(1)
+        rep = node.run_node(_conf(runtime="apptainer", image=str(bad),
+                                  binds=[str(tmp_path), str(tmp_path / "nope")]),
+                            "127.0.0.1", port, ["true"], env)
+    c = rep["checks"]
+    assert c["tcp"]["cause"].startswith("already in use on this node")
+    assert c["binds"] == node.cell(False, str(tmp_path / "nope"), "bind source missing on this "
+                                   "node")
+    assert c["image"]["cause"].startswith("not a SIF or squashfs image")
+    assert c["iface"]["value"] == "GLOO_SOCKET_IFNAME=ib9"
+    assert c["iface"]["cause"].startswith("no interface 'ib9' on this node")
+
+
+@pytest.mark.ring2
+def test_inside_checks_launcher_torch_and_gpus():
+    conf = _conf(launcher="no-such-launcher-xyz")
+    image, inside, gpus = local.inside([], conf, 10)
+    assert inside == node.cell(False, "no-such-launcher-xyz", "not found on the PATH inside")
+    facts = {"which": {"python3": "/usr/bin/python3"}, "python": "3.11", "torch": "1.8.1",
+             "cvd": "0,1", "devs": []}
+    assert local.inside_cell(facts, _conf(min_torch="1.9"))["cause"] == \
+        "torchrun_jsc needs >= 1.9"
+    shadowed = dict(facts, torch="2.1.0", label_torch="2.13.0+cpu")
+    assert local.inside_cell(shadowed, _conf())["cause"].startswith(
+        "the image was built with torch 2.13.0+cpu: another torch shadows it")
+    assert local.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* device files")
+    assert local.gpu_cell(facts, _conf(gpus=2, fake_gpus=True))["value"] == \
+        "2 (fake GRES: device files not checked)"
+    assert local.gpu_cell(facts, _conf(gpus=4))["cause"] == \
+        "the container does not see the requested GPUs"
+
+
+def _rep(name, nodeid, addr, **crosses):
+    checks = {c: node.cell(True, "ok") for c in node.COLUMNS if c != "same"}
+    checks.update({k: node.cell(False, *v) for k, v in crosses.items()})
+    return {"node": name, "nodeid": nodeid, "address": addr, "endpoint": "n1i:29400",
+            "seconds": 1.25, "checks": checks}
+
+
+@pytest.mark.ring1
+def test_collect_and_table():
+    lines = [node.MARK + json.dumps(_rep("n2", 1, "10.0.0.2", first=("10.0.0.2", "mine"))),
+             "noise", node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1"))]
+    reps = report.collect(lines, ["n1", "n2", "n3"])
+    assert [r["node"] for r in reps] == ["n1", "n2", "n3"]
+    assert reps[1]["checks"]["same"] == node.cell(False, "10.0.0.2", "the first node (n1) "
+                                                  "resolves it to 10.0.0.1")
+    text = report.render_table(reps)
+    lines = text.splitlines()
+    assert lines[0] == "doctor: 3 nodes, rendezvous n1i:29400, checks took 1.2 s"
+    assert lines[1].split() == ["node", *node.COLUMNS]
+    assert "X 10.0.0.2: the first node ..." in lines[3]
+    assert "n3 name: no report: the check did not run on this node or was killed (see the " \
+           "job's error log)" in lines
+    assert lines[-1] == "doctor: 3 checks failed on 2 nodes"
+    data = json.loads(report.render_json(reps))
+    assert data["ok"] is False and data["rendezvous"] == "n1i:29400"
+    assert {(f["node"], f["check"]) for f in data["failures"]} == \
+        {("n2", "first"), ("n2", "same"), ("n3", "name")}
+
+
+@pytest.mark.ring2
+def test_shipped_script_collects_from_stdin():
+    lines = node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1")) + "\n"
+    done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
+                           "n1"], input=lines, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "doctor: all checks passed"
+    done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
+                           "n1\nn2"], input=lines, capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "n2 name: no report" in done.stdout
+
+
+@pytest.mark.ring1
+def test_cli_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SPEC)
+    assert main(["doctor", "missing.yaml"]) == 2
+    assert capsys.readouterr().err.startswith("missing.yaml: cannot read spec")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert main(["doctor", "s.yaml", "--", "-p", "x"]) == 2
+    assert capsys.readouterr().err == (
+        "s.yaml: --: inside an allocation (SLURM_JOB_ID is set) the doctor uses its nodes; "
+        "sbatch options and --nodelist mean nothing here, got '-p x'\n")
+
+
+@pytest.mark.ring2
+def test_clock_skew_and_a_foreign_program_on_the_port():
+    import threading
+
+    def serve(sock, payload):
+        conn, _ = sock.accept()
+        with conn:
+            conn.sendall(payload())
+            conn.recv(16)
+
+    for payload, expect in (
+            (lambda: (json.dumps({"doctor": "n1", "t": time.time() + 5}) + "\n").encode(),
+             "clock differs from the first node's by more than 2 s"),
+            (lambda: b"SSH-2.0-OpenSSH\r\n", "no clock from the first node")):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(1)
+            threading.Thread(target=serve, args=(sock, payload), daemon=True).start()
+            tcp, clock = node.reach("127.0.0.1", sock.getsockname()[1], time.time() + 3, 2.0)
+        assert tcp["ok"] is True
+        assert clock["cause"] == expect
+        assert clock["ok"] is (None if "no clock" in expect else False)
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "jobs").glob("*.yaml")))
+def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    import yaml
+
+    data = yaml.safe_load((ROOT / "jobs" / name).read_text())
+    data.setdefault("launch", {})["preflight"] = True
+    text = render_jobscript(parse_spec(yaml.safe_dump(data), f"jobs/{name}"))
+    assert text.index("# Preflight") < text.index("# Launch:")
+    script = tmp_path / "s.job"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
+    subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+
+
+@pytest.mark.ring1
+def test_first_node_cell():
+    assert node.first_cell(True, "10.0.0.1", ["10.0.0.1"], ["10.0.0.1"])["ok"] is True
+    assert node.first_cell(False, "10.0.0.1", ["10.0.0.1"], [])["ok"] is True
+    assert node.first_cell(True, "10.0.0.2", ["10.0.0.2"], [])["cause"].startswith(
+        "not an address of this node, which is the first node")
+    assert node.first_cell(False, "10.0.0.2", ["10.0.0.2"], ["10.0.0.2"])["cause"].endswith(
+        "(this node resolves the name to itself)")
+    assert node.first_cell(False, "10.0.0.2", ["10.0.0.2", "10.0.0.1"], ["10.0.0.2"]) == \
+        node.cell(False, "10.0.0.2, 10.0.0.1", "resolves to addresses on this node (10.0.0.2) "
+                  "and not on it (10.0.0.1): use a name of one node only")
+    assert node.first_cell(False, None, [], [])["ok"] is None
