@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("launch", "teardown", "placement", "requeue", "preflight", "container", "images",
-            "scaling")
+SECTIONS = ("launch", "launchers", "teardown", "placement", "requeue", "preflight", "container",
+            "images", "scaling")
 EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
 
 
@@ -45,11 +45,12 @@ def main() -> int:
     ap.add_argument("--sizes", default="2,4,8", help="node counts for the scaling section")
     ap.add_argument("--bw-mb", type=int, default=64)
     a = ap.parse_args()
-    from bench import cluster_bench, doctor_bench, image_bench, netns_bench
+    from bench import cluster_bench, doctor_bench, image_bench, launchers_bench, netns_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
         "launch": lambda: cluster_bench.launch(a.repeats),
+        "launchers": lambda: launchers_bench.launchers(a.repeats),
         "teardown": lambda: cluster_bench.teardown(a.repeats),
         "placement": lambda: cluster_bench.placement(a.repeats),
         "requeue": lambda: cluster_bench.requeue(a.repeats),
@@ -61,7 +62,9 @@ def main() -> int:
         "scaling": lambda: netns_bench.with_network(
             max(sizes), lambda r: netns_bench.scaling(r, sizes, a.repeats)),
     }
-    titles = {"launch": "Launch latency", "teardown": "Failure teardown",
+    titles = {"launch": "Launch latency",
+              "launchers": "Launch latency per launcher (the same program under each)",
+              "teardown": "Failure teardown",
               "placement": "CPU placement (strict lab: tasks bound to cores)",
               "requeue": "Requeue (signal -> running again)",
               "preflight": "Preflight (launch.preflight: the doctor before the launch)",

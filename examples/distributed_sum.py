@@ -6,11 +6,14 @@ composer's task script, accelerate launch, deepspeed, Ray, submitit). Backend nc
 is there, gloo otherwise. Rank 0 prints exactly one line
 
     SUM_SUMMARY {"world_size": 4, "sum": 10, "expected": 10, "ok": true, "backend": "gloo",
-                 "launcher": "accelerate", "hosts": [...], "argv": [...]}
+                 "launcher": "accelerate", "hosts": [...], "argv": [...],
+                 "t_allreduce": EPOCH}
 
 and every rank exits 1 if the sum is not n(n+1)/2. ``launcher`` is read from the variables
 each launcher leaves in its workers' environment (see detect_launcher). ``argv`` is what the
-program received, so tests can check that hostile arguments arrive unchanged.
+program received, so tests can check that hostile arguments arrive unchanged. ``t_allreduce``
+is when rank 0 came out of the first all_reduce (so every rank had reached it): `make bench`
+times launchers from sbatch to it.
 
 --kill-rank R: rank R kills itself (SIGKILL) after the first all_reduce while the others
 wait in a second one (timeout --timeout s): the launcher must end the job, not the timeout.
@@ -77,6 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     total = torch.tensor([rank + 1], dtype=torch.int64, device=device)
     dist.all_reduce(total)
+    passed = time.time()  # every rank has contributed once this returns (make bench)
     if args.kill_rank == rank:
         print(f"rank {rank}: killing myself (--kill-rank) at unix time {time.time():.3f}",
               flush=True)
@@ -88,7 +92,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if rank == 0:
         summary = {"world_size": world, "sum": int(total.item()), "expected": expected,
                    "ok": ok, "backend": backend, "launcher": detect_launcher(os.environ),
-                   "hosts": sorted(set(hosts)), "argv": raw}
+                   "hosts": sorted(set(hosts)), "argv": raw, "t_allreduce": round(passed, 6)}
         print(SUMMARY_PREFIX + json.dumps(summary, sort_keys=True), flush=True)
     if not ok:
         print(f"rank {rank}: sum {int(total.item())}, expected {expected}", file=sys.stderr)

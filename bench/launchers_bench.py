@@ -1,0 +1,69 @@
+"""Bench section `launchers`: every launch mode from sbatch to its first all_reduce.
+
+2 nodes x 2 processes, bare (the project venv, so only the launcher differs), the same
+program in every row: examples/distributed_sum.py (under Ray: examples/ray_sum.py, which
+runs it in one Ray actor per slot). Time = rank 0's `t_allreduce` (when it came out of the
+first all_reduce, which every rank had entered) minus the time of sbatch; the floor is
+srun mode (srun starts the ranks itself, no launcher process), measured in the same run,
+rounds interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+from bench.cluster_bench import ROOT, slurmjob
+from bench.stats import interleave, ratio, table
+from launcher.jobscript import render_jobscript
+from launcher.spec import parse_spec
+
+SUM = ["python3", "-u", "examples/distributed_sum.py"]
+RAY_SUM = ["python3", "-u", "examples/ray_sum.py"]
+MODES = {  # row -> (mode, program)
+    "srun + env:// (floor)": ("srun", SUM),
+    "torchrun (torchrun_jsc)": ("torchrun", SUM),
+    "accelerate launch": ("accelerate", SUM),
+    "deepspeed (--no_ssh)": ("deepspeed", SUM),
+    "ray (head, workers, driver)": ("ray", RAY_SUM),
+}
+
+
+def render(mode: str, program: list) -> str:
+    out_dir = ROOT / "bench-results" / "jobs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"bench_sum_{mode}.yaml"
+    prog = ", ".join(f"'{a}'" for a in program)
+    path.write_text(f"job: {{name: bench_sum_{mode}, nodes: 2, time: '00:10:00', "
+                    f"partition: batch, node_output: null}}\n"
+                    f"site:\n  profile: jsc\n  venv: .venv\n"
+                    f"launch: {{mode: {mode}, procs_per_node: 2}}\nprogram: [{prog}]\n")
+    job = out_dir / f"bench_sum_{mode}.job"
+    job.write_text(render_jobscript(parse_spec(path.read_text(), str(path.relative_to(ROOT)))))
+    return str(job.relative_to(ROOT))
+
+
+def first_allreduce_s(jobfile: str) -> Optional[float]:
+    start = time.time()
+    job_id = slurmjob.submit(jobfile, cwd=str(ROOT))
+    slurmjob.wait_gone(job_id, 300)
+    out = slurmjob.collect_output(job_id, slurmjob.job_info(job_id), str(ROOT))
+    for line in out.splitlines():
+        if "SUM_SUMMARY " in line:
+            summary = json.loads(line.split("SUM_SUMMARY ", 1)[1])
+            if summary.get("ok") and summary.get("world_size") == 4:
+                return float(summary["t_allreduce"]) - start
+    print(f"bench: {jobfile}: no good SUM_SUMMARY\n{out[-2000:]}", file=sys.stderr)
+    return None
+
+
+def launchers(repeats: int) -> str:
+    jobs: Dict[str, str] = {row: render(mode, prog) for row, (mode, prog) in MODES.items()}
+    s = interleave({k: (lambda j=j: first_allreduce_s(j)) for k, j in jobs.items()}, repeats)
+    floor = s["srun + env:// (floor)"]
+    rows = [[k, v.cell("s"), ratio(v, floor)] for k, v in s.items()]
+    return table(["2 nodes x 2 procs, bare, sbatch -> first all_reduce", "time", "vs floor"],
+                 rows)
