@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 from launcher import __version__
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
-from launcher.plans import render_preview
+from launcher.preview import render_preview
 from launcher.model import JobSpec, SpecError
 from launcher.spec import load_spec
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script

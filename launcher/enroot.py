@@ -1,6 +1,6 @@
 """Enroot's run-time scripts and the data-path placeholders, for launcher.runtimes.
 
-Where it sits: spec -> **runtimes (enroot)** + plans -> jobscript text. The scripts are
+Where it sits: spec -> **runtimes (enroot)** + modes -> jobscript text. The scripts are
 constants run with ``bash -c SCRIPT NAME ARGS...``: on each node once (create) and in each
 task (start), so per-node and per-task values expand where they exist, never at batch scope.
 """

@@ -1,9 +1,9 @@
 """The socket-interface step of the pyxis task script, with nothing but the image's python3.
 
-Where it sits: spec -> runtimes + **plans (pyxis task script)** -> jobscript text. pyxis
+Where it sits: spec -> runtimes + **modes (pyxis task script)** -> jobscript text. pyxis
 starts the whole task inside the image, where `ip` and `getent` are often missing (NGC and
 pytorch/pytorch images); python3 is there in every image that runs PyTorch, and its
-standard library is enough. It applies the rule of plans.SOCKET_IFNAME (and torchrun_jsc's
+standard library is enough. It applies the rule of modes.common.SOCKET_IFNAME (and torchrun_jsc's
 launcher/torchrun_jsc/addresses.py): every address of MASTER_ADDR, loopback skipped unless
 alone, IPv4 first unless TORCHRUN_JSC_ADDRESS_FAMILY says otherwise; then the interface that
 holds the source address a UDP connect (no packet sent) picks towards it.
@@ -50,7 +50,7 @@ for _, name in socket.if_nameindex():
 sys.exit(f"no interface reaches MASTER_ADDR={host}")
 """
 
-# The bash part: the same contract as plans.SOCKET_IFNAME (a user's value wins, NCCL's exact form).
+# The bash part: the same contract as modes.common.SOCKET_IFNAME (a user's value wins, NCCL's exact form).
 SOCKET_IFNAME_PY = f"""\
 if [ -z "${{GLOO_SOCKET_IFNAME:-}}" ]; then
     dev=$(python3 - "$MASTER_ADDR" <<'PY'

@@ -1,6 +1,6 @@
 """render_jobscript(): a validated JobSpec -> the exact text of a Slurm batch script.
 
-Where it sits: spec -> runtimes + plans -> **jobscript** -> submit. Pure and
+Where it sits: spec -> runtimes + modes (plans) -> **jobscript** -> submit. Pure and
 deterministic: no environment, no subprocess, no clock. Every value from the spec reaches
 the text through launcher.shell (argv tokens, assignments, #SBATCH quoting).
 """
@@ -14,7 +14,9 @@ from typing import List, Optional, Tuple, Union
 
 from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
-from launcher.plans import DEFAULT_PORT_BASE, Plan, plan_launch
+from launcher.modes import Plan, plan_launch
+from launcher.modes.base import TASK_ENV_NAME
+from launcher.modes.common import DEFAULT_PORT_BASE
 from launcher import requeue_script
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
@@ -117,11 +119,12 @@ def _geometry_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
         ]
     if plan.master_env:
         out.append(Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"'))
-    if plan.task_env:
-        out += [Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
-                Raw("# shellcheck disable=SC2016"),
-                Assign("task_env", plan.task_env)]
-    return out
+    for name, script in plan.scripts:
+        if name == TASK_ENV_NAME:
+            out.append(Raw("# Run by each task (bash -c), so per-task variables expand there, "
+                           "not here."))
+        out += [Raw("# shellcheck disable=SC2016"), Assign(name, script)]
+    return out + list(plan.batch)
 
 
 def _log_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
@@ -160,31 +163,35 @@ def render_jobscript(spec: JobSpec, version: str = __version__) -> str:
               for k, v in sbatch_options(spec, plan)]
     lines += ["", "set -euo pipefail", ""]
     blocks = [_site_lines(spec), _env_lines(spec, runtime), _geometry_lines(spec, plan),
-              runtime.batch_lines(), _log_lines(spec, plan), requeue_script.setup_lines(spec)]
+              runtime.batch_lines(), _log_lines(spec, plan),
+              requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
     for block in blocks:
         if block:
             lines += [render_statement(s) for s in block] + [""]
     if plan.setup:
         lines += [f"# Once per node: {type(runtime).__name__.lower()} setup.",
                   join(plan.setup), ""]
-    lines += [f"# Launch: {_launch_comment(spec, plan)}.",
-              *requeue_script.launch_lines(spec, join(plan.launch))]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _step_lines(spec, plan)) + "\n"
 
 
-def _launch_comment(spec: JobSpec, plan: Plan) -> str:
-    launch = spec.launch
-    n, command = launch.procs_per_node, " ".join(launch.command)
-    procs = f"{n} process{'es' if n != 1 else ''}"
-    per_gpu = ", one per GPU" if n == spec.job.gpus_per_node else ""
-    via = f"srun --mpi={launch.mpi_plugin}" if launch.mpi == "srun" else "mpirun"
-    return {
-        "torchrun": f"one {command} per node, {procs} each",
-        "srun": f"{n} task{'s' if n != 1 else ''} per node{per_gpu}, ranks from Slurm's "
-                "per-task variables",
-        "horovod": f"{n} MPI rank{'s' if n != 1 else ''} per node{per_gpu} via {via}",
-        "mpirun_torchrun": f"mpirun starts one {command} per node, {procs} each",
-    }[plan.mode]
+def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
+    """The teardown trap, then each step in order; the foreground step's status is the job's."""
+    lines: List[str] = []
+    if plan.teardown:
+        lines += ["# Teardown on every exit: success, failure and cancel.",
+                  "teardown() {", plan.teardown.rstrip("\n"), "}", "trap teardown EXIT", ""]
+    for step in plan.steps:
+        if step.script:
+            lines += [f"# {step.comment}.", step.script.rstrip("\n"), ""]
+        elif step.background:
+            assert step.pid_var is not None
+            lines += [f"# {step.comment}.", join(step.argv) + " &", f"{step.pid_var}=$!", ""]
+        else:
+            lines += [f"# Launch: {step.comment}.",
+                      *requeue_script.launch_lines(spec, join(step.argv)), ""]
+    while lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 __all__ = ["render_jobscript", "sbatch_options"]

@@ -1,6 +1,6 @@
 """The frozen data a job spec becomes, and the one error type the loader raises.
 
-Where it sits: spec (YAML -> these types) -> runtimes/plans -> jobscript text -> submit.
+Where it sits: spec (YAML -> these types) -> runtimes/modes -> jobscript text -> submit.
 Pure data: no I/O, no validation (launcher.spec does that).
 """
 
@@ -9,10 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Tuple
 
-Mode = Literal["torchrun", "srun", "horovod", "mpirun_torchrun"]
 RuntimeKind = Literal["bare", "apptainer", "enroot", "pyxis"]
 MpiLauncher = Literal["srun", "mpirun"]
-MODES: Tuple[str, ...] = ("torchrun", "srun", "horovod", "mpirun_torchrun")
 RUNTIME_KINDS: Tuple[str, ...] = ("bare", "apptainer", "enroot", "pyxis")
 MISSING = object()  # SpecError's value when there is none to show
 
@@ -122,13 +120,17 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Launch:
-    mode: Mode
+    mode: str  # a name in launcher.modes.MODES
     procs_per_node: int
     command: Tuple[str, ...] = ("torchrun_jsc",)  # argv of the per-node launcher
     rdzv_port: Optional[int] = None
     max_restarts: int = 0
     mpi: MpiLauncher = "srun"
     mpi_plugin: str = "pmix"  # srun --mpi=PLUGIN (horovod with mpi: srun)
+    options: Tuple[Tuple[str, Any], ...] = ()  # a mode's own keys (LaunchMode.options)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """CPU placement: how many CPUs the job asks for and how srun shares them among its tasks.
 
-Where it sits: spec -> plans -> **placement** (lines and #SBATCH options for jobscript) ->
+Where it sits: spec -> modes (plans) -> **placement** (lines and #SBATCH options for jobscript) ->
 text. Pure. Sites bind every task to the CPUs Slurm gave it (task/affinity, task/cgroup), and
 a task's workers inherit that mask: a one-agent-per-node launcher (torchrun_jsc, accelerate,
 ...) that got one CPU runs all its workers, and their DataLoader workers, on one core, with
@@ -19,10 +19,9 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from launcher.model import JobSpec
+from launcher.modes import mode_for
 from launcher.shell import Raw, Statement
 
-# One agent per node starts procs_per_node workers (torchrun_jsc, and mpirun's daemon).
-ONE_AGENT_MODES = ("torchrun", "mpirun_torchrun")
 
 
 def exclusive_default(spec: JobSpec) -> Optional[Tuple[str, Optional[str]]]:
@@ -55,7 +54,8 @@ export SRUN_CPUS_PER_TASK="{share}"
 def placement_warnings(spec: JobSpec) -> List[str]:
     """Specs that would put several workers on one core: one line each, for `check`."""
     job, launch = spec.job, spec.launch
-    if launch.mode not in ONE_AGENT_MODES or launch.procs_per_node < 2:
+    # One agent per node starts procs_per_node workers (torchrun_jsc, accelerate, ...).
+    if not mode_for(launch.mode).one_agent or launch.procs_per_node < 2:
         return []
     per_node = launch.procs_per_node
     if job.cpus_per_task is not None and job.cpus_per_task < per_node:
@@ -69,4 +69,4 @@ def placement_warnings(spec: JobSpec) -> List[str]:
     return []
 
 
-__all__ = ["ONE_AGENT_MODES", "cpu_lines", "exclusive_default", "placement_warnings"]
+__all__ = ["cpu_lines", "exclusive_default", "placement_warnings"]

@@ -1,6 +1,6 @@
 """job.requeue in the jobscript: the signal, the trap that passes it on, and the requeue.
 
-Where it sits: spec -> plans -> **requeue_script** (lines for jobscript) -> text. Pure.
+Where it sits: spec -> modes (plans) -> **requeue_script** (lines for jobscript) -> text. Pure.
 How a checkpoint request travels (one path for the time limit and for a preemption):
 
 1. Slurm sends SIG to the batch shell only (``--signal=B:SIG@BEFORE``; a preemption is
@@ -34,14 +34,13 @@ def sbatch_options(requeue: Optional[Requeue]) -> List[Tuple[str, Optional[str]]
             ("signal", f"B:{requeue.signal}@{requeue.before}")]
 
 
-def setup_lines(spec: JobSpec) -> List[Statement]:
-    """Batch-scope lines before the launch: exports, the attempt line and the trap."""
+def setup_lines(spec: JobSpec, via_mpirun: bool) -> List[Statement]:
+    """Batch-scope lines before the launch: exports, the attempt line and the trap.
+    via_mpirun: the launch is mpirun, a child of this shell rather than a Slurm step."""
     q = spec.job.requeue
     if q is None:
         return []
     sig = q.signal
-    via_mpirun = spec.launch.mode == "mpirun_torchrun" or (
-        spec.launch.mode == "horovod" and spec.launch.mpi == "mpirun")
     pass_on = f'kill -s {sig} "$launch_pid" 2>/dev/null || true' if via_mpirun else \
         f'scancel --signal={sig} "$SLURM_JOB_ID" || true'
     return [Raw(f"""\

@@ -1,6 +1,6 @@
 """Container runtimes: how each one prepares a node, extends srun, and wraps a task's argv.
 
-Where it sits: spec -> **runtimes** + plans -> jobscript text. A runtime is chosen
+Where it sits: spec -> **runtimes** + modes -> jobscript text. A runtime is chosen
 explicitly from the spec (``RUNTIMES[spec.runtime.kind]``); each returns argv lists of
 shell tokens (launcher.shell) and never quotes anything itself.
 """

@@ -1,6 +1,6 @@
 """Load and validate a YAML job spec into a frozen JobSpec (launcher.model).
 
-Where it sits: **spec** -> runtimes/plans -> jobscript text -> submit. Everything a user can
+Where it sits: **spec** -> runtimes/modes -> jobscript text -> submit. Everything a user can
 get wrong is caught here, before anything is rendered, and reported as one SpecError line:
 ``FILE: yaml.path: message, got 'value'``. Nothing here touches the machine.
 """
@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Tuple, cast
 
-from launcher.model import MODES, Job, JobSpec, Launch, Mode, MpiLauncher, SpecError
+from launcher.model import Job, JobSpec, Launch, MpiLauncher, SpecError
+from launcher.modes import MODE_NAMES, MODES, mode_for
+from launcher.modes.base import modes_phrase
 from launcher.spec_env import load_env
 from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
@@ -21,18 +23,9 @@ from launcher.yamlread import Reader, load_yaml
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
         "output", "error", "node_output", "sbatch", "requeue")
-_LAUNCH = ("mode", "procs_per_node", "command", "rdzv_port", "max_restarts", "mpi",
-           "mpi_plugin")
-_PER_NODE = ("torchrun", "mpirun_torchrun")  # modes that start a launcher per node
-# Launch keys that mean something only in some modes; elsewhere they are refused.
-_MODE_KEYS = {
-    "command": (_PER_NODE, "it is the per-node launcher of modes torchrun and "
-                "mpirun_torchrun; put the program in program"),
-    "max_restarts": (_PER_NODE, "it is torchrun's --max_restarts (modes torchrun and "
-                     "mpirun_torchrun)"),
-    "mpi": (("horovod",), "it chooses how horovod's MPI ranks start"),
-    "mpi_plugin": (("horovod",), "it is srun's --mpi=PLUGIN for horovod's MPI ranks"),
-}
+_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port")
+# Every other launch key belongs to the modes that name it in LaunchMode.keys.
+_LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
 _PLUGIN = re.compile(r"[a-z][a-z0-9_]*\Z")
 # Options the composer writes itself; setting them in job.sbatch would contradict it.
 _MANAGED = {"nodes": "job.nodes", "N": "job.nodes", "job-name": "job.name", "J": "job.name",
@@ -150,25 +143,27 @@ def _load_sbatch(r: Reader, value: Any
 
 def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
     m = r.mapping("launch", value, _LAUNCH)
-    mode = r.choice("launch.mode", m.get("mode", "torchrun"), MODES)
-    for key, (modes, why) in _MODE_KEYS.items():
-        if key in m and mode not in modes:
-            raise r.fail(f"launch.{key}", f"means nothing in mode {mode!r}: {why}", m[key])
+    name = r.choice("launch.mode", m.get("mode", "torchrun"), MODE_NAMES)
+    mode = mode_for(name)
+    for key in m:
+        if key not in _LAUNCH_COMMON and key not in mode.keys:
+            owners = [o.name for o in MODES.values() if key in o.keys]
+            why = MODES[owners[0]].keys[key].format(modes=modes_phrase(owners))
+            raise r.fail(f"launch.{key}", f"means nothing in mode {name!r}: {why}", m[key])
     mpi = r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))
-    if "mpi_plugin" in m and mpi != "srun":
-        raise r.fail("launch.mpi_plugin", "is srun's --mpi=PLUGIN; with launch.mpi: mpirun "
-                     "Open MPI starts the ranks itself", m["mpi_plugin"])
+    options = mode.options(r, m)
     port = m.get("rdzv_port")
     return Launch(
-        mode=cast(Mode, mode),
+        mode=name,
         procs_per_node=r.integer("launch.procs_per_node",
                                  m.get("procs_per_node", job.gpus_per_node or 1), 1, 1024),
-        command=_command(r, m.get("command", "torchrun_jsc")),
+        command=_command(r, m.get("command", list(mode.default_command) or "torchrun_jsc")),
         rdzv_port=None if port is None else r.integer("launch.rdzv_port", port, 1, 65535),
         max_restarts=r.integer("launch.max_restarts", m.get("max_restarts", 0), 0, 1000),
         mpi=cast(MpiLauncher, mpi),
         mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", "pmix"), _PLUGIN,
                               "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"),
+        options=tuple(sorted(options.items())),
     )
 
 

@@ -1,6 +1,6 @@
 """The ``env`` section of a spec: exported values, path edits and pass-through names.
 
-Where it sits: **spec** (called by launcher.spec) -> runtimes/plans -> jobscript text. Values
+Where it sits: **spec** (called by launcher.spec) -> runtimes/modes -> jobscript text. Values
 are exported literally, so a ``$`` in them is refused: it almost always means a variable
 the user expected the shell to expand (``PATH: /opt/bin:$PATH`` would make every later
 command "not found"). ``$$`` stands for a literal ``$``; ``env.prepend``/``env.append``

@@ -11,7 +11,9 @@ import pytest
 
 from launcher import __version__
 from launcher.jobscript import render_jobscript, sbatch_options
-from launcher.plans import expand_nodelist, plan_launch, render_preview
+from launcher.modes import plan_launch
+from launcher.modes.common import RANKS_FROM_SLURM
+from launcher.preview import expand_nodelist, render_preview
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
 from launcher.model import SpecError
 from launcher.spec import load_spec, parse_spec
@@ -118,12 +120,14 @@ def test_ddp_container_launch_line():
 def test_each_mode_and_runtime_argv():
     base = "job: {nodes: 3, gpus_per_node: 2}\nsite: jsc\nprogram: [python3, t.py]\n"
     srun = plan_launch(spec_of(base + "launch: {mode: srun}"))[1]
-    assert srun.task[:3] == ("bash", "-c", Var("task_env")) and srun.ranks_from_slurm
+    assert srun.task[:3] == ("bash", "-c", Var("task_env"))
+    assert srun.task_env.startswith(RANKS_FROM_SLURM)
     assert "--ntasks-per-node=2" in srun.starter
     hvd = plan_launch(spec_of(base + "launch: {mode: horovod}"))[1]
     assert "--mpi=pmix" in hvd.starter
     assert hvd.task == ("bash", "-c", Var("task_env"), "task", "python3", "t.py")
-    assert "OMPI_MCA_btl_tcp_if_include" in hvd.task_env and not hvd.ranks_from_slurm
+    assert "OMPI_MCA_btl_tcp_if_include" in hvd.task_env
+    assert not hvd.task_env.startswith(RANKS_FROM_SLURM)
     hvd_mpi = plan_launch(spec_of(base + "launch: {mode: horovod, mpi: mpirun}"))[1]
     assert hvd_mpi.starter == ("mpirun", "-np", Var("ntasks"), "--map-by", "ppr:2:node",
                                "--bind-to", "none", "--tag-output")

@@ -9,7 +9,7 @@ import pytest
 
 from launcher.cli import main
 from launcher.jobscript import render_jobscript
-from launcher.plans import plan_launch
+from launcher.modes import plan_launch
 from launcher.shell import PathExport, Var, word
 from launcher.model import SpecError
 from launcher.spec import parse_spec

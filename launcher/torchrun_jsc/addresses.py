@@ -1,4 +1,4 @@
-"""The address rule torchrun_jsc (and the kit's task scripts, launcher/plans.py) follow.
+"""The address rule torchrun_jsc (and the kit's task scripts, launcher/modes/common.py) follow.
 
 Where it sits: ``netinfo.resolve`` -> every address of the endpoint host -> ``candidates``
 (pure) -> the addresses that count, best first -> ``netinfo.probe`` (source address) and

@@ -1,0 +1,155 @@
+"""What several launch modes share: batch-scope variables, task scripts, srun/mpirun argv.
+
+Where it sits: spec -> runtimes + **modes** (each mode module builds on these) -> jobscript.
+Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through a constant
+``bash -c`` script whose arguments are the real argv, never at batch scope.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+from launcher.ifname import SOCKET_IFNAME_PY
+from launcher.model import JobSpec, SpecError
+from launcher.runtimes import ContainerRuntime
+from launcher.shell import Token, Var, word
+
+NNODES = Var("nnodes")
+NTASKS = Var("ntasks")
+RDZV_HOST = Var("rdzv_host")
+RDZV_PORT = Var("rdzv_port")
+JOB_ID = Var("SLURM_JOB_ID")
+TASK_ENV = Var("task_env")  # holds the task script at batch scope, expanded in each task
+DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
+
+# Scripts that each started task runs (bash -c "$task_env" task ARGV...), so per-task
+# values expand in the task; the real argv comes as arguments ("$@") and is never re-parsed.
+# srun mode maps Slurm's per-task variables to what torch's env:// expects.
+RANKS_FROM_SLURM = """\
+export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" \\
+    NODE_RANK="$SLURM_NODEID"
+"""
+# Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL/Open MPI would use
+# the hostname's one, which on JSC-like networks the other nodes cannot reach: unless the
+# user or the site profile set one, use the interface that routes to MASTER_ADDR, by the rule
+# torchrun_jsc applies (launcher/torchrun_jsc/addresses.py): every address of both families,
+# loopback skipped whenever there is another (Debian's 127.0.1.1 for the own hostname), IPv4
+# first unless only IPv6 (TORCHRUN_JSC_ADDRESS_FAMILY=auto|ipv4|ipv6|any overrides). NCCL
+# matches NCCL_SOCKET_IFNAME as a prefix (ib0 also matches ib01): "=NAME" is the exact form.
+# No fallback: an unresolvable MASTER_ADDR ends the task.
+SOCKET_IFNAME = """\
+if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
+    hosts=$(getent ahosts "$MASTER_ADDR") || hosts=""
+    v4="" v6="" any="" loop=""
+    while read -r a _; do
+        case "$a" in
+            "") ;;
+            127.*|::1|::ffff:127.*) loop=${loop:-$a} ;;
+            *:*) v6=${v6:-$a} any=${any:-$a} ;;
+            *) v4=${v4:-$a} any=${any:-$a} ;;
+        esac
+    done <<<"$hosts"
+    family=${TORCHRUN_JSC_ADDRESS_FAMILY:-auto}
+    case "${family,,}" in
+        auto) addr=${v4:-$v6} ;;
+        ipv4) addr=$v4 ;;
+        ipv6) addr=$v6 ;;
+        any) addr=$any ;;
+        *) echo "TORCHRUN_JSC_ADDRESS_FAMILY: expected auto, ipv4, ipv6 or any, got $family" >&2
+           exit 1 ;;
+    esac
+    [ -n "$any" ] || addr=$loop
+    route=$(ip -o route get "$addr") || route=""
+    case "$route" in
+        "local "*) dev=$(ip -o addr show to "$addr") || dev=""; dev=${dev#*: } ;;
+        *" dev "*) dev=${route#* dev } ;;
+        *) dev="" ;;
+    esac
+    dev=${dev%%[[:space:]]*}
+    if [ -z "$dev" ]; then echo "no interface reaches MASTER_ADDR=$MASTER_ADDR" >&2; exit 1; fi
+    export GLOO_SOCKET_IFNAME="$dev"
+fi
+export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=$GLOO_SOCKET_IFNAME}"
+"""
+# MPI ranks (Horovod): Open MPI's TCP transport and Horovod's gloo controller likewise.
+MPI_IFNAME = """\
+export OMPI_MCA_btl_tcp_if_include="${OMPI_MCA_btl_tcp_if_include:-$GLOO_SOCKET_IFNAME}" \\
+    HOROVOD_GLOO_IFACE="${HOROVOD_GLOO_IFACE:-$GLOO_SOCKET_IFNAME}"
+"""
+EXEC_ARGV = 'exec "$@"\n'
+SRUN_TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
+MPI_TASK_ENV = SOCKET_IFNAME + MPI_IFNAME + EXEC_ARGV
+IFNAME_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK") + IFNAME_NAMES
+MPI_TASK_NAMES = IFNAME_NAMES + ("OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")
+
+
+def torchrun_argv(spec: JobSpec) -> List[Token]:
+    """torchrun_jsc for one node; the program runs as written (--no-python)."""
+    launch = spec.launch
+    return [*launch.command, word("--nnodes=", NNODES),
+            f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
+            word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
+            f"--max_restarts={launch.max_restarts}", "--no-python", *spec.program]
+
+
+def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
+              extra: Tuple[str, ...] = ()) -> List[Token]:
+    """srun with the job's geometry; --kill-on-bad-exit so one dead task ends the step."""
+    out: List[Token] = ["srun", "--kill-on-bad-exit=1", *extra, word("--nodes=", NNODES),
+                        f"--ntasks-per-node={tasks_per_node}"]
+    if spec.job.node_output is not None:
+        out.append(f"--output={spec.job.node_output}")
+    return out + runtime.srun_flags()
+
+
+def setup_argv(spec: JobSpec, runtime: ContainerRuntime) -> Tuple[Token, ...]:
+    inner = runtime.setup_argv()
+    if not inner:
+        return ()
+    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), "--ntasks-per-node=1",
+            *inner)
+
+
+def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
+    # Inside a Slurm job Open MPI starts its daemons with srun, so ranks inherit this
+    # script's environment; --bind-to none leaves CPU placement to Slurm.
+    return ["mpirun", "-np", count, "--map-by", f"ppr:{tasks_per_node}:node",
+            "--bind-to", "none", "--tag-output"]
+
+
+def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...],
+                  argv: Optional[Sequence[Token]] = None, script: Var = TASK_ENV
+                  ) -> List[Token]:
+    """bash -c "$task_env" task ARGV (ARGV: the program unless given): outside the container
+    (it uses the host's ip and getent) unless pyxis, which puts the whole task, bash
+    included, in the image."""
+    argv = spec.program if argv is None else argv
+    if rt.config.kind == "pyxis":
+        return ["bash", "-c", script, "task", *argv]
+    return ["bash", "-c", script, "task", *rt.wrap(argv, names)]
+
+
+def task_env_for(rt: ContainerRuntime, script: str) -> str:
+    """Under pyxis the task script runs in the image, which may lack `ip` and `getent`:
+    the interface is found with the image's python3 instead (launcher/ifname.py)."""
+    return script.replace(SOCKET_IFNAME, SOCKET_IFNAME_PY) if rt.config.kind == "pyxis" \
+        else script
+
+
+def no_pyxis(spec: JobSpec, rt: ContainerRuntime) -> None:
+    if rt.config.kind == "pyxis":
+        raise SpecError(spec.source, "runtime.kind", "pyxis containers start only through "
+                        "srun; use launch.mpi: srun or another runtime", "pyxis")
+
+PER_NODE_KEYS = {
+    "command": "it is the per-node launcher of {modes}; put the program in program",
+}
+TORCHRUN_KEYS = {
+    **PER_NODE_KEYS,
+    "max_restarts": "it is torchrun's --max_restarts ({modes})",
+}
+
+
+def processes(n: int) -> str:
+    return f"{n} process{'es' if n != 1 else ''}"
