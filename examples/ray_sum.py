@@ -8,8 +8,8 @@ MASTER_ADDR = the first node's inter-node name, and each node's GLOO_SOCKET_IFNA
 
 Rank 0 runs on the driver's node (the first node), so MASTER_ADDR names it; it picks a free
 port there. Node order: the driver's node, then the others by Ray node name (the Slurm node
-name under the `ray` mode). Without --procs-per-node each node runs as many actors as it has
-CPUs in Ray. Prints one line `SUM_SUMMARY {json}` and exits 1 if the sum is wrong.
+name under the `ray` mode). --procs-per-node defaults to LAUNCH_PROCS_PER_NODE (the mode sets
+it from launch.procs_per_node), else each node runs as many actors as it has CPUs in Ray. Prints one line `SUM_SUMMARY {json}` and exits 1 if the sum is wrong.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def node_order(nodes: list, own_id: str) -> list:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--procs-per-node", type=int, default=None)
+    p.add_argument("--procs-per-node", type=int,
+                   default=int(os.environ.get("LAUNCH_PROCS_PER_NODE", "0")) or None)
     args = p.parse_args()
     ray.init()
     nodes = node_order(ray.nodes(), ray.get_runtime_context().get_node_id())

@@ -45,6 +45,8 @@ from launcher.torchrun_jsc import netinfo
 
 PROG = "ray_node"
 DEFAULT_JOIN_TIMEOUT_S = 120.0
+MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024  # Ray refuses less (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
+PROCS_ENV = "LAUNCH_PROCS_PER_NODE"  # launch.procs_per_node, for the driver
 STOP_TIMEOUT_S = 20.0  # ray start's SIGTERM handler stops its processes; then SIGKILL
 POLL_S = 0.5
 
@@ -58,6 +60,7 @@ class Options:
     temp_dir: Optional[str]  # default /tmp/ray-JOBID
     ray: str  # the ray executable
     program: Tuple[str, ...]
+    procs_per_node: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -87,23 +90,29 @@ def parse_args(argv: Sequence[str]) -> Options:
     p.add_argument("--object-store-memory", type=int, default=None, metavar="BYTES")
     p.add_argument("--temp-dir", default=None, help="node-local, default /tmp/ray-JOBID")
     p.add_argument("--ray", default="ray", help="the ray command (default: ray on PATH)")
+    p.add_argument("--procs-per-node", type=int, default=None, metavar="N",
+                   help=f"process slots per node, exported to the driver as {PROCS_ENV}")
     p.add_argument("program", nargs=argparse.REMAINDER)
     ns = p.parse_args(list(argv))
     program = ns.program[1:] if ns.program[:1] == ["--"] else ns.program
     host, sep, port = ns.head.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise LaunchError(f"--head: expected HOST:PORT, got {ns.head!r}")
+    if ns.object_store_memory is not None and ns.object_store_memory < MIN_OBJECT_STORE_BYTES:
+        raise LaunchError(f"--object-store-memory: Ray needs at least {MIN_OBJECT_STORE_BYTES} "
+                          f"bytes, got {ns.object_store_memory}")
     if not ns.join_timeout > 0:
         raise LaunchError(f"--join-timeout: expected seconds > 0, got {ns.join_timeout!r}")
     if not program:
         raise LaunchError("no program to run on the head node (expected: -- PROGRAM ...)")
     return Options(Endpoint(host.strip("[]"), int(port)), ns.suffix, ns.join_timeout,
-                   ns.object_store_memory, ns.temp_dir, ns.ray, tuple(program))
+                   ns.object_store_memory, ns.temp_dir, ns.ray, tuple(program),
+                   ns.procs_per_node)
 
 
 def node_from_env(env: Mapping[str, str]) -> Node:
     """This task's node: name, index and the step's node list, from Slurm's variables."""
-    from launcher.plans import expand_nodelist
+    from launcher.preview import expand_nodelist
 
     missing = [n for n in ("SLURMD_NODENAME", "SLURM_NODEID", "SLURM_JOB_ID") if n not in env]
     if missing:
@@ -168,6 +177,8 @@ def ray_env(env: Mapping[str, str], opts: Options, node: Node, temp_dir: str) ->
     out.setdefault("MASTER_ADDR", opts.head.host)
     out["RAY_ADDRESS"] = str(opts.head)
     out["RAY_TMPDIR"] = temp_dir
+    if opts.procs_per_node is not None:
+        out[PROCS_ENV] = str(opts.procs_per_node)
     # SIGTERM makes `ray start --block` drain the node for up to 30 s first: not in a batch job.
     out.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
     return out
