@@ -256,6 +256,34 @@ def stop(proc: Optional[subprocess.Popen], what: str) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    kill_session(proc.pid)
+
+
+def session_members(sid: int, proc_root: str = "/proc") -> List[int]:
+    """PIDs whose session is ``sid``. Ray's workers take process groups of their own, and
+    when their raylet dies first they are re-parented outside the Slurm step's process tree
+    (proctrack/linuxproc then no longer sees them): the session still holds them."""
+    out = []
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc_root}/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(sid):
+            out.append(int(entry))
+    return out
+
+
+def kill_session(sid: int) -> None:
+    for pid in session_members(sid):
+        if pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def wait_for_nodes(opts: Options, node: Node, ray_proc: subprocess.Popen,
