@@ -6,6 +6,7 @@ The real thing (Ray on 2 nodes, bare and Apptainer, failures, scancel) is tests/
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -247,3 +248,30 @@ def test_worker_gives_up_on_a_head_that_never_opens(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[0] == (
         f"ray_node: localhost: the Ray head 127.0.0.1:{port} did not open its port within 1 s")
+
+
+@pytest.mark.ring2
+def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
+    """bash runs the rendered script with fakes of srun/apptainer/python3 (tests/fakes): one
+    agent per node, the head at the first node's inter-node name, the program byte-identical."""
+    from tests.test_fakes import HOSTILE, HOSTILE_NL, Cluster
+
+    cluster = Cluster(tmp_path)
+    (cluster.dir / "r.sif").write_text("")
+    script = cluster.render(f"""\
+        job: {{nodes: 2}}
+        site: jsc
+        runtime: {{kind: apptainer, image: r.sif}}
+        launch: {{mode: ray, procs_per_node: 2}}
+        program: {json.dumps(["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"])}
+        """)
+    done = cluster.run(script)
+    assert done.returncode == 0, done.stderr
+    agents = cluster.records("python3")
+    assert len(agents) == 2
+    for rec in agents:
+        assert rec["argv"] == ["-m", "launcher.ray_node", "--head=jwb0001i:29742", "--suffix=i",
+                               "--procs-per-node=2", "--join-timeout=120", "--",
+                               "python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"]
+    assert sorted(r["env"]["SLURM_NODEID"] for r in agents) == ["0", "1"]
+    assert not list(tmp_path.rglob("pwned*"))
