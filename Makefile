@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-fast torch-compat jobs image horovod-image enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-fast torch-compat jobs image horovod-image enroot-image horovod-enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -77,6 +77,9 @@ horovod-image: horovod.sif
 image.sqsh: image.sif
 	$(BUILD_IMAGE) enroot image.sif image.sqsh
 enroot-image: image.sqsh
+horovod.sqsh: horovod.sif
+	$(BUILD_IMAGE) enroot horovod.sif horovod.sqsh
+horovod-enroot-image: horovod.sqsh
 
 # --- Jobscripts (launcher composer, README.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).

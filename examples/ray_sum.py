@@ -1,27 +1,36 @@
-"""The distributed sum check as a Ray driver: one Ray actor per process slot forms a
-torch.distributed group and all_reduces rank + 1.
+"""examples/distributed_sum.py under Ray: one Ray actor per process slot runs its main().
 
 Run it on a Ray cluster (the `ray` launch mode starts one per job and sets RAY_ADDRESS,
-MASTER_ADDR = the first node's inter-node name, and each node's GLOO_SOCKET_IFNAME):
+MASTER_ADDR = the first node's inter-node name, each node's GLOO_SOCKET_IFNAME, and
+LAUNCH_PROCS_PER_NODE from launch.procs_per_node):
 
-    python3 -u examples/ray_sum.py [--procs-per-node N]
+    python3 -u examples/ray_sum.py [--procs-per-node N] [-- DISTRIBUTED_SUM_ARGS...]
 
-Rank 0 runs on the driver's node (the first node), so MASTER_ADDR names it; it picks a free
-port there. Node order: the driver's node, then the others by Ray node name (the Slurm node
-name under the `ray` mode). --procs-per-node defaults to LAUNCH_PROCS_PER_NODE (the mode sets
-it from launch.procs_per_node), else each node runs as many actors as it has CPUs in Ray. Prints one line `SUM_SUMMARY {json}` and exits 1 if the sum is wrong.
+The actors are pinned per node (NodeAffinitySchedulingStrategy): the driver's node first, then
+the others by Ray node name (the Slurm node name under the `ray` mode), so rank 0 runs on the
+node MASTER_ADDR names; it picks a free port there. Each actor sets RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_PORT and calls distributed_sum.main(), which forms the torch.distributed
+group (env://) and checks the all_reduce sum of rank + 1. The driver prints rank 0's summary
+line (`SUM_SUMMARY {...}`, "launcher": "ray"), then `RAY_PLACEMENT {...}` (nodes, MASTER_ADDR,
+each actor's socket interface), and exits 1 unless every rank succeeded. Without
+--procs-per-node or LAUNCH_PROCS_PER_NODE each node runs as many actors as it has CPUs in Ray.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import socket
 import sys
+from pathlib import Path
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+EXAMPLES = str(Path(__file__).resolve().parent)  # distributed_sum.py lies beside this file
 
 
 @ray.remote(num_cpus=1)
@@ -31,21 +40,18 @@ class Rank:
             s.bind((host, 0))
             return s.getsockname()[1]
 
-    def run(self, rank: int, world: int, local_rank: int, port: int) -> dict:
-        import torch
-        import torch.distributed as dist
+    def run(self, rank: int, world: int, local_rank: int, port: int, argv: list) -> dict:
+        if EXAMPLES not in sys.path:
+            sys.path.insert(0, EXAMPLES)
+        import distributed_sum
 
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local_rank),
                           MASTER_PORT=str(port))
-        dist.init_process_group("gloo", init_method="env://")
-        try:
-            t = torch.tensor([float(rank + 1)])
-            dist.all_reduce(t)
-            return {"rank": rank, "host": socket.gethostname(), "sum": int(t.item()),
-                    "ifname": os.environ.get("GLOO_SOCKET_IFNAME", ""),
-                    "backend": dist.get_backend()}
-        finally:
-            dist.destroy_process_group()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):  # the driver prints rank 0's summary itself
+            rc = distributed_sum.main(argv)
+        return {"rank": rank, "rc": rc, "stdout": out.getvalue(),
+                "ifname": os.environ.get("GLOO_SOCKET_IFNAME", "")}
 
 
 def node_order(nodes: list, own_id: str) -> list:
@@ -58,28 +64,26 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--procs-per-node", type=int,
                    default=int(os.environ.get("LAUNCH_PROCS_PER_NODE", "0")) or None)
+    p.add_argument("sum_args", nargs="*", help="passed to distributed_sum.main()")
     args = p.parse_args()
     ray.init()
     nodes = node_order(ray.nodes(), ray.get_runtime_context().get_node_id())
-    per_node = [args.procs_per_node or int(n["Resources"].get("CPU", 1)) for n in nodes]
     actors, local = [], []
-    for node, count in zip(nodes, per_node):
+    for node in nodes:
+        count = args.procs_per_node or int(node["Resources"].get("CPU", 1))
         pin = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         actors += [Rank.options(scheduling_strategy=pin).remote() for _ in range(count)]
         local += list(range(count))
     world = len(actors)
-    master = os.environ.get("MASTER_ADDR") or nodes[0]["NodeManagerAddress"]
     port = ray.get(actors[0].free_port.remote(nodes[0]["NodeManagerAddress"]))
-    results = ray.get([a.run.remote(r, world, local[r], port) for r, a in enumerate(actors)])
-    expected = world * (world + 1) // 2
-    ok = all(r["sum"] == expected for r in results)
-    summary = {"launcher": "ray", "world_size": world, "backend": results[0]["backend"],
-               "sum": results[0]["sum"], "expected": expected, "ok": ok,
-               "master_addr": master, "nodes": [n["NodeName"] for n in nodes],
-               "hosts": sorted({r["host"] for r in results}),
-               "ifnames": sorted({r["ifname"] for r in results})}
-    print("SUM_SUMMARY " + json.dumps(summary, sort_keys=True), flush=True)
-    return 0 if ok else 1
+    results = ray.get([a.run.remote(r, world, local[r], port, args.sum_args)
+                       for r, a in enumerate(actors)])
+    print(results[0]["stdout"], end="", flush=True)
+    placement = {"nodes": [n["NodeName"] for n in nodes],
+                 "master_addr": os.environ.get("MASTER_ADDR", ""),
+                 "ifnames": sorted({r["ifname"] for r in results})}
+    print("RAY_PLACEMENT " + json.dumps(placement, sort_keys=True), flush=True)
+    return 0 if all(r["rc"] == 0 for r in results) else 1
 
 
 if __name__ == "__main__":

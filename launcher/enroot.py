@@ -101,6 +101,57 @@ for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | 
 done"""
 
 
+# pyxis unpacks a named container in place too (`enroot create --name pyxis_NAME`, listed while
+# it extracts) and reuses whatever it finds under that name: a job cancelled while pyxis
+# unpacked left a partial tree that the next job started (seen in the lab: torch without its
+# dependencies). So the kit creates pyxis' container itself, once per node before the launch,
+# and marks it complete inside its root filesystem as the last step; an unmarked container is
+# removed and created again. pyxis takes the data path from Enroot's config (it drops
+# ENROOT_DATA_PATH), so this script uses only Enroot's commands, never the path. Under
+# pyxis' container_scope=job the name is per job and pyxis removes it: nothing to do.
+PYXIS_MARKER = "/.torchrun-jsc-created"
+PYXIS_SETUP = r"""set -euo pipefail
+image=$1 name=pyxis_$2 keep=$3 host=$(hostname)
+plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p') || plugstack=""
+if [ -n "$plugstack" ] && grep -rqs -- "container_scope=job" "${plugstack%/*}"; then
+    echo "pyxis: container_scope=job, pyxis creates and removes the container per job"
+    exit 0
+fi
+umask 077
+exec 9>"/tmp/.torchrun-jsc-pyxis-$(id -u).lock"
+flock 9
+# The set-up's own starts: no GPU hook, and not this step's PMIx (Enroot's PMI hook would
+# mount the set-up step's PMIx directories, which a step without MPI does not have).
+export NVIDIA_VISIBLE_DEVICES=void
+unset "${!PMIX_@}" "${!PMI_@}"
+have() { enroot list | grep -qxF -- "$1"; }
+if have "$name"; then
+    if enroot start -- "$name" sh -c '[ -e "$1" ]' check MARKER 2>/dev/null; then
+        echo "pyxis: reusing container $name on $host"
+    else
+        echo "pyxis: removing $name, left by an interrupted create on $host"
+        enroot remove -f -- "$name" >/dev/null
+    fi
+fi
+if ! have "$name"; then
+    echo "pyxis: creating container $name from $image on $host"
+    enroot create --name "$name" -- "$image" >/dev/null
+    enroot start --root --rw -- "$name" sh -c ': >"$1"' mark MARKER
+fi
+base=${name%-*-*}
+shopt -s extglob
+old=()
+while read -r dir; do
+    case "$dir" in
+        "$name") ;;
+        "$base"-+([0-9])-+([0-9])) old+=("${dir##*-} $dir") ;;
+    esac
+done < <(enroot list)
+for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | cut -d" " -f2); do
+    echo "pyxis: removing $dir (an older image) on $host"
+    enroot remove -f -- "$dir" >/dev/null
+done""".replace("MARKER", PYXIS_MARKER)
+
 def start_script(names: Sequence[str]) -> str:
     """Run in each task: forward by name the variables of ``names`` (names or PREFIX*) that
     are set in this task (`--env NAME` of an unset NAME would set it empty), and give the

@@ -142,9 +142,18 @@ class Pyxis(ContainerRuntime):
         local = _local_squashfs(self.config.image)
         if local is not None:  # a registry image's name cannot carry a stamp
             out += _stamped_name(self.config.container_name, local)
+            out += [Raw("# shellcheck disable=SC2016  # expanded on each node, not here"),
+                    Assign("pyxis_setup", enroot.PYXIS_SETUP)]
         # pyxis hands the step's environment to Enroot's hooks: the GPUs Slurm gave the job on
         # this node, never the image's `all`, `void` when none.
         return out + [Raw('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}"')]
+
+    def setup_argv(self) -> List[Token]:
+        # A local image: the kit creates pyxis' container on each node (enroot.PYXIS_SETUP).
+        if _local_squashfs(self.config.image) is None:
+            return []
+        return ["bash", "-c", Var("pyxis_setup"), "pyxis-setup", Var("enroot_image"),
+                Var("enroot_name"), str(self.config.keep_old)]
 
     def srun_flags(self) -> List[Token]:
         image = self.config.image

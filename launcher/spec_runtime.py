@@ -19,7 +19,7 @@ _RUNTIME = {
     "apptainer": ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir"),
     "enroot": ("kind", "image", "binds", "bind_cwd", "container_name", "data_path", "writable",
                "keep_old"),
-    "pyxis": ("kind", "image", "binds", "bind_cwd", "container_name"),
+    "pyxis": ("kind", "image", "binds", "bind_cwd", "container_name", "keep_old"),
 }
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 _SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://")

@@ -15,6 +15,8 @@
 #     before it runs enroot, so only Enroot's config can give the nodes separate paths (the
 #     nodes share every other directory of this machine; two nodes unpacking into one
 #     directory fail with "create_inode: ... File exists");
+#   - /etc/enroot/hooks.d/50-slurm-pmi.sh: Enroot's own PMI hook from /usr/share/enroot, as
+#     PMIx sites enable it (Horovod under pyxis with srun --mpi=pmix needs it);
 #   - /usr/local/bin/nvidia-container-cli, only when none is installed: the lab's nodes have
 #     fake GPUs (scripts/cluster.sh), and Enroot's nvidia hook runs this tool whenever a task
 #     was given GPUs. The stand-in says which devices the hook asked for and maps nothing.
@@ -41,6 +43,21 @@ ENROOT_RUNTIME_PATH /tmp/enroot-${UID}/run
 ENROOT_CACHE_PATH   /tmp/enroot-${UID}/cache
 CONF
 mv -f "$conf.tmp" "$conf"
+
+# Enroot's PMI hook, which Enroot ships as an extra and PMIx sites enable (pyxis + srun
+# --mpi=pmix: the step's PMIx variables and server directories reach the container).
+# The lab's nodes are several slurmd on one machine, so SlurmdSpoolDir holds '%n', which
+# the hook reads unexpanded from `scontrol show config`: the lab's copy expands it (a real
+# node's single slurmd has a plain path and takes the hook unchanged).
+pmi_hook=/usr/share/enroot/hooks.d/50-slurm-pmi.sh
+if [ -f "$pmi_hook" ]; then
+    sed 's|^\(\s*\)if \[ -z "${slurm_spool}" \]|\1slurm_spool=${slurm_spool//%n/${SLURMD_NODENAME-}}  # lab: several slurmd per machine\n&|' \
+        "$pmi_hook" >/etc/enroot/hooks.d/50-slurm-pmi.sh.tmp
+    grep -q "lab: several slurmd" /etc/enroot/hooks.d/50-slurm-pmi.sh.tmp ||
+        { echo "enroot-setup: $pmi_hook changed upstream: the lab's %n fix no longer applies" >&2; exit 1; }
+    chmod 0755 /etc/enroot/hooks.d/50-slurm-pmi.sh.tmp
+    mv -f /etc/enroot/hooks.d/50-slurm-pmi.sh.tmp /etc/enroot/hooks.d/50-slurm-pmi.sh
+fi
 
 if ! command -v nvidia-container-cli >/dev/null; then
     cat >"$stub.tmp" <<'STUB'

@@ -104,13 +104,16 @@ def test_program_sees_what_apptainer_shows(cluster, sqsh, shared_tmp, kind):
         assert e["CUDA_VISIBLE_DEVICES"] and e["NVIDIA_VISIBLE_DEVICES"] not in (None, "", "all")
 
 
-def test_cancel_during_create_then_next_job_trains(cluster, sqsh, shared_tmp):
-    """scancel while `enroot create` unpacks: the next job removes the partial tree and trains."""
+@pytest.mark.parametrize("kind", ["enroot", "pyxis"])
+def test_cancel_during_create_then_next_job_trains(cluster, sqsh, shared_tmp, kind):
+    """scancel while `enroot create` unpacks: the next job removes the partial tree and trains.
+    pyxis itself would reuse a partial `pyxis_NAME` (seen here before the kit created pyxis'
+    containers itself: the next job's torch lacked its dependencies)."""
     image = shared_tmp / "image.sqsh"
     shutil.copyfile(sqsh, image)  # a fresh stamp: this job must create its container
     shutil.copy(REPO / "examples/ddp_train.py", shared_tmp)  # the container binds only $PWD
     spec = {"job": {"nodes": 1, "gpus_per_node": 4, "node_output": None},
-            "site": "jsc", "runtime": {"kind": "enroot", "image": str(image),
+            "site": "jsc", "runtime": {"kind": kind, "image": str(image),
                                        "container_name": "image"},
             "launch": {"mode": "torchrun", "procs_per_node": 2},
             "program": ["python3", "-u", "ddp_train.py", "--steps", "5"]}
@@ -119,7 +122,7 @@ def test_cancel_during_create_then_next_job_trains(cluster, sqsh, shared_tmp):
                             cwd=str(shared_tmp))
     out_file = shared_tmp / f"{job_id}.out"
     deadline = time.monotonic() + TIMEOUT_S  # the queue may be busy (CI, other users)
-    while "enroot: creating container" not in (out_file.read_text() if out_file.exists() else ""):
+    while f"{kind}: creating container" not in (out_file.read_text() if out_file.exists() else ""):
         assert time.monotonic() < deadline, "the job never started creating its container"
         time.sleep(0.2)
     time.sleep(1.5)  # unpacking image.sqsh takes several seconds here
@@ -130,7 +133,7 @@ def test_cancel_during_create_then_next_job_trains(cluster, sqsh, shared_tmp):
                            cwd=str(shared_tmp))
     state, out = finish(cluster, again, shared_tmp)
     assert state == "COMPLETED", out
-    assert "left by an interrupted create" in out and "enroot: creating container" in out
+    assert "left by an interrupted create" in out and f"{kind}: creating container" in out
     [summary] = cluster.parse_summaries(out)
     assert cluster.check_summary(summary, 2) == []
 

@@ -49,3 +49,31 @@ def test_horovod_job(cluster, horovod_image, shared_tmp, name):
                     res.output)
     assert ok == [(str(size), str(size * (size + 1) // 2), "mpi")], res.output
     assert "HOROVOD_FAIL" not in res.output
+
+
+def test_horovod_under_pyxis(cluster, horovod_image, shared_tmp):
+    """jobs/horovod_container.yaml with runtime pyxis and the same root filesystem as a
+    squashfs: srun --mpi=pmix starts each rank in pyxis' container (Enroot's PMI hook brings
+    the step's PMIx in), the task script picks the interface with the image's python3."""
+    import yaml
+
+    from launcher.jobscript import render_jobscript
+    from launcher.spec import parse_spec
+
+    p = subprocess.run(["make", "horovod-enroot-image"], capture_output=True, text=True,
+                       timeout=1200, cwd=REPO, check=False)
+    assert p.returncode == 0, f"make horovod-enroot-image failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
+    spec = yaml.safe_load((REPO / "jobs/horovod_container.yaml").read_text())
+    spec["runtime"] = {"kind": "pyxis", "image": str(REPO / "horovod.sqsh")}
+    spec["job"]["node_output"] = None
+    job = shared_tmp / "horovod_pyxis.job"
+    job.write_text(render_jobscript(parse_spec(yaml.safe_dump(spec), "horovod_pyxis.yaml")))
+    env = dict(os.environ, SLURM_CPU_BIND="none")  # see test_horovod_job
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "horovod_pyxis-%j.out")],
+                          timeout=JOB_TIMEOUT_S, cwd=str(shared_tmp), env=env)
+    print(f"horovod under pyxis: job {res.job_id} {res.state} submit->done {res.elapsed_s:.1f} s")
+    assert res.state == "COMPLETED", res.output
+    ok = re.findall(r"HOROVOD_OK size=(\d+) sum=(\d+) controller=(\w+) params_identical=True",
+                    res.output)
+    assert ok == [("4", "10", "mpi")], res.output
+    assert "can't honor --ntasks-per-node" not in res.output  # the set-up runs once per node

@@ -127,19 +127,21 @@ def run(slurm, job: Path, sbatch_args=()):
     return res, gone
 
 
-def summary_of(output: str) -> dict:
-    lines = [l for l in output.splitlines() if l.startswith("SUM_SUMMARY ")]
+def line_of(output: str, prefix: str) -> dict:
+    lines = [l for l in output.splitlines() if l.startswith(prefix + " ")]
     assert len(lines) == 1, output[-3000:]
     return json.loads(lines[0].split(" ", 1)[1])
 
 
 def check_sum(res) -> None:
+    """examples/ray_sum.py: distributed_sum's summary from rank 0, then where the actors ran."""
     assert res.state == "COMPLETED", res.output[-3000:]
-    s = summary_of(res.output)
+    s = line_of(res.output, "SUM_SUMMARY")
     assert s["launcher"] == "ray" and s["world_size"] == 4 and s["sum"] == 10 == s["expected"]
-    assert s["ok"] is True and s["backend"] == "gloo"
-    assert s["hosts"] == list(NODES) and s["nodes"] == list(NODES)
-    assert s["master_addr"] == "jwb0001i" and s["ifnames"] == ["jwb0001i", "jwb0002i"]
+    assert s["ok"] is True and s["backend"] == "gloo" and s["hosts"] == list(NODES)
+    p = line_of(res.output, "RAY_PLACEMENT")
+    assert p == {"nodes": list(NODES), "master_addr": "jwb0001i",
+                 "ifnames": ["jwb0001i", "jwb0002i"]}
     assert "all 2 nodes joined the Ray head at jwb0001i:" in res.output
 
 

@@ -356,7 +356,8 @@ def test_pyxis_flags(plain_fakes):
     (fakes.dir / "image.sqsh").write_text("squashfs")
     done = fakes.run(job("ddp_pyxis"))
     assert done.returncode == 0, done.stderr
-    (srun,) = fakes.records("srun")
+    setup, srun = fakes.records("srun")
+    assert not any(a.startswith("--container") for a in setup["argv"])  # on the host
     d = fakes.dir
     assert f"--container-image={d}/image.sqsh" in srun["argv"]
     assert f"--container-mounts={d}:{d}" in srun["argv"]
@@ -423,3 +424,32 @@ def test_srun_gets_the_cpus_of_the_allocation(fakes, mode, allocation, expected)
     assert done.returncode == 0, done.stderr
     (srun,) = fakes.records("srun")
     assert srun["env"]["SRUN_CPUS_PER_TASK"] == expected
+
+
+def test_pyxis_container_made_by_the_kit_and_an_unmarked_one_replaced(plain_fakes):
+    """pyxis reuses whatever is listed under its name: the kit creates it, marks it complete
+    last, and replaces a listed container without the mark (a create that was killed)."""
+    fakes = plain_fakes
+    image = fakes.dir / "image.sqsh"
+    image.write_text("squashfs v1")
+    os.utime(image, (1000, 1000))
+    done = fakes.run(job("ddp_pyxis"))
+    assert done.returncode == 0, done.stderr
+    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data")
+    (name,) = [p.name for p in data.iterdir() if not p.name.startswith(".")]
+    assert name == "pyxis_image-11-1000" and (data / name / ".torchrun-jsc-created").is_file()
+    assert "pyxis: creating container pyxis_image-11-1000" in done.stdout
+    (data / name / ".torchrun-jsc-created").unlink()  # as if the create had been killed
+    again = fakes.run(job("ddp_pyxis"))
+    assert again.returncode == 0, again.stderr
+    assert "removing pyxis_image-11-1000, left by an interrupted create" in again.stdout
+    assert (data / name / ".torchrun-jsc-created").is_file()
+    reused = fakes.run(job("ddp_pyxis"))
+    assert "pyxis: reusing container pyxis_image-11-1000" in reused.stdout
+    os.utime(image, (2000, 2000))  # a rebuilt image: new name; keep_old 1 keeps one older
+    fakes.run(job("ddp_pyxis"))
+    os.utime(image, (3000, 3000))
+    newest = fakes.run(job("ddp_pyxis"))
+    assert "removing pyxis_image-11-1000 (an older image)" in newest.stdout
+    assert sorted(p.name for p in data.iterdir() if not p.name.startswith(".")) == \
+        ["pyxis_image-11-2000", "pyxis_image-11-3000"]

@@ -91,8 +91,8 @@ def test_script_shape(name):
     # The node count is written once (#SBATCH --nodes) and read from the allocation.
     assert len(re.findall(r"--nodes=\d", text)) == 1
     assert 'nnodes="$SLURM_JOB_NUM_NODES"' in lines
-    # Per-task variables appear only inside the single-quoted script each task runs.
-    outside = re.sub(r"task_env='[^']*'", "", text)
+    # Per-task variables appear only inside the single-quoted scripts the tasks run.
+    outside = re.sub(r"# shellcheck disable=SC2016\n\w+='[^']*'", "", text)
     outside = "\n".join(line for line in outside.splitlines() if not line.startswith("#"))
     for var in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"):
         assert var not in outside

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Dict, Tuple
 
 from launcher.model import JobSpec
+from launcher.modes.accelerate import Accelerate
 from launcher.modes.base import LaunchMode, Plan, Step
+from launcher.modes.deepspeed import Deepspeed
 from launcher.modes.horovod import Horovod
 from launcher.modes.mpirun_torchrun import MpirunTorchrun
 from launcher.modes.ray import Ray
@@ -19,7 +21,8 @@ from launcher.modes.srun import Srun
 from launcher.modes.torchrun import Torchrun
 from launcher.runtimes import ContainerRuntime, runtime_for
 
-_ALL: Tuple[LaunchMode, ...] = (Torchrun(), Srun(), Horovod(), MpirunTorchrun(), Ray())
+_ALL: Tuple[LaunchMode, ...] = (Torchrun(), Srun(), Horovod(), MpirunTorchrun(), Accelerate(),
+                                  Deepspeed(), Ray())
 MODES: Dict[str, LaunchMode] = {m.name: m for m in _ALL}
 MODE_NAMES: Tuple[str, ...] = tuple(MODES)
 

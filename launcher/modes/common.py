@@ -107,8 +107,10 @@ def setup_argv(spec: JobSpec, runtime: ContainerRuntime) -> Tuple[Token, ...]:
     inner = runtime.setup_argv()
     if not inner:
         return ()
-    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), "--ntasks-per-node=1",
-            *inner)
+    # --ntasks too: the job's SLURM_NTASKS (srun and horovod modes) would otherwise override
+    # --ntasks-per-node=1 ("can't honor --ntasks-per-node") and start the set-up per task.
+    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), word("--ntasks=", NNODES),
+            "--ntasks-per-node=1", *inner)
 
 
 def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
@@ -153,3 +155,29 @@ TORCHRUN_KEYS = {
 
 def processes(n: int) -> str:
     return f"{n} process{'es' if n != 1 else ''}"
+
+
+# Task script without rank variables: the per-node launcher (accelerate, deepspeed) sets
+# them for its workers; only the socket interface is picked, towards MASTER_ADDR.
+IFNAME_TASK_ENV = SOCKET_IFNAME + EXEC_ARGV
+
+
+def node_argv(rt: ContainerRuntime, spec: JobSpec, script: Var, name: str,
+              head: Sequence[Token], launcher: Sequence[Token]) -> List[Token]:
+    """One task per node: the host-side task script (socket interface), then, in the
+    container, ``bash -c "$SCRIPT" NAME HEAD... N LAUNCHER... PROGRAM...``: SCRIPT gets the
+    launcher's word count N so that it can insert per-node options (expanded on the node,
+    e.g. --machine_rank "$SLURM_NODEID") between the launcher and the program, which thus
+    reaches the program unchanged."""
+    inner: List[Token] = ["bash", "-c", script, name, *head, str(len(launcher)), *launcher,
+                          *spec.program]
+    return scripted_task(spec, rt, IFNAME_NAMES, inner)
+
+
+def no_requeue(spec: JobSpec, launcher: str) -> None:
+    """job.requeue signals every process of the step (scancel --signal): a launcher that does
+    not catch the signal dies of it, and with it the node's workers."""
+    if spec.job.requeue is not None:
+        raise SpecError(spec.source, "job.requeue", f"mode {spec.launch.mode}: {launcher} "
+                        "does not survive the checkpoint signal that job.requeue sends to "
+                        "every process; use mode torchrun or srun for requeued jobs")

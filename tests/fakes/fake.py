@@ -1,4 +1,5 @@
-"""Recording fakes of srun, scontrol, sbatch, apptainer, enroot, mpirun, torchrun_jsc, python3.
+"""Recording fakes of srun, scontrol, sbatch, apptainer, enroot, mpirun, torchrun_jsc, python3,
+accelerate, deepspeed.
 
 Helper for ring 2: `install(bin_dir, log_dir)` writes one small sh
 wrapper per tool into bin_dir that runs this file with the tool's name. Every call appends
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
-         "torchrun", "python3", "module", "scancel")
+         "torchrun", "python3", "module", "scancel", "accelerate", "deepspeed")
 # Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
 # seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve, to
 # 10.0.0.1, or as FAKE_GETENT says: loopback_first (Debian: 127.0.1.1 first), dual (AAAA
@@ -205,7 +206,9 @@ def apptainer(argv: List[str]) -> int:
 def enroot(argv: List[str]) -> int:
     """Like Enroot 4.1: containers are directories of ENROOT_DATA_PATH, listed (ls -1, dot
     names hidden) while `create` still extracts, so a kill mid-create leaves a partial tree."""
-    data = Path(os.environ["ENROOT_DATA_PATH"])
+    # Without ENROOT_DATA_PATH (pyxis drops it) Enroot's config names the path: per user here.
+    data = Path(os.environ.get("ENROOT_DATA_PATH")
+                or f"/tmp/enroot-{os.environ['FAKE_USER']}/config-data")
     _record("enroot", argv)
     if argv[:1] == ["list"]:
         if data.is_dir():
@@ -242,6 +245,9 @@ def enroot(argv: List[str]) -> int:
         for item in opts.get("--env", "").split("\0"):
             if item:
                 env[item] = os.environ.get(item, "")
+        # No root filesystem of its own: paths under the container's / that the kit's
+        # scripts name as arguments (the pyxis set-up's marker) point into the tree.
+        cmd = [str(data / name / a[1:]) if a.startswith("/.torchrun-jsc") else a for a in cmd]
         return subprocess.run(cmd, env=env, check=False).returncode
     return 1
 
@@ -316,6 +322,23 @@ def recorder(prog: str, argv: List[str]) -> int:
     return _program() if prog == "python3" else int(os.environ.get("FAKE_PROGRAM_RC", "0"))
 
 
+# The per-node option each launcher gets last, after which the program's argv starts.
+_LAST_OPTION = {"accelerate": "--machine_rank", "deepspeed": "--node_rank"}
+
+
+def per_node_launcher(prog: str, argv: List[str]) -> int:
+    """accelerate/deepspeed: record argv and the per-job file's text (config, hostfile), then
+    run the program once, after the launcher's last per-node option and its value."""
+    path_option = "--config_file" if prog == "accelerate" else "--hostfile"
+    path = argv[argv.index(path_option) + 1] if path_option in argv else ""
+    text = Path(path).read_text() if path and Path(path).is_file() else None
+    _record(prog, argv, {"file": text, "accelerate_use_cpu":
+                         os.environ.get("ACCELERATE_USE_CPU")})
+    cmd = argv[argv.index(_LAST_OPTION[prog]) + 2:]
+    env = dict(os.environ, RANK="0", LOCAL_RANK="0")
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
 def _program() -> int:
     """The program's side of job.requeue, as FAKE_PROGRAM says: 'stop' checkpoints at once,
     'wait_signal' only after the trap's scancel --signal (FAKE_LOG/scancel.signal)."""
@@ -346,6 +369,8 @@ def main() -> int:
                 "enroot": enroot, "sbatch": sbatch, "scancel": scancel}
     if prog in handlers:
         return handlers[prog](argv)
+    if prog in _LAST_OPTION:
+        return per_node_launcher(prog, argv)
     return recorder(prog, argv)
 
 

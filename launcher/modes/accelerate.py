@@ -1,0 +1,97 @@
+"""Mode accelerate: one ``accelerate launch`` per node via srun, procs_per_node workers each.
+
+What the composer fixes compared with the usual recipe (README: Other launchers):
+- --num_processes is the TOTAL (nodes x procs_per_node), --num_machines the node count;
+- --machine_rank is this node's SLURM_NODEID, expanded on the node (in the task), never at
+  batch scope (where it would be 0 on every node: deadlock);
+- --main_process_ip is the first node's inter-node name (first node + site suffix), with
+  accelerate's default static rendezvous: workers get MASTER_ADDR from it, no hostname check;
+- the user's config ($HF_HOME/accelerate/default_config.yaml, under $HOME, which Apptainer
+  mounts) is never read: each node passes --config_file with a per-job file (a node-local
+  temporary file written in the container, removed at the end) or launch.config_file;
+- --multi_gpu, and on CPU (job.gpus_per_node 0) ACCELERATE_USE_CPU=1, so that accelerate
+  starts distributed processes and Accelerator picks the CPU;
+- GLOO/NCCL_SOCKET_IFNAME: the interface that routes to the first node, like torchrun_jsc.
+The program runs as written (--no_python): [python3, train.py, ...].
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Dict, List, Mapping
+
+from launcher.model import JobSpec, SpecError
+from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
+from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
+    RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+from launcher.runtimes import ContainerRuntime
+from launcher.shell import Raw, Values, Var, resolve, word
+from launcher.yamlread import Reader
+
+SCRIPT = Var("accelerate_node")
+NPROCS = Var("nprocs")
+# accelerate-node CONFIG CPU N ARGV...: runs in the container (or bare) on each node.
+NODE_SCRIPT = """\
+config=$1 cpu=$2 n=$3
+shift 3
+if [ -z "$config" ]; then
+    config=$(mktemp "${TMPDIR:-/tmp}/accelerate-config.XXXXXX") || exit 1
+    remove_config() { rm -f -- "$config"; }
+    trap remove_config EXIT
+    echo "compute_environment: LOCAL_MACHINE" >"$config"
+    echo "distributed_type: MULTI_GPU" >>"$config"
+fi
+if [ "$cpu" = 1 ]; then export ACCELERATE_USE_CPU=1; fi
+"${@:1:n}" --config_file "$config" --machine_rank "$SLURM_NODEID" "${@:n+1}"
+"""
+
+
+class Accelerate(LaunchMode):
+    name = "accelerate"
+    keys = {**PER_NODE_KEYS,
+            "config_file": "it is accelerate's --config_file (mode accelerate)"}
+    default_command = ("accelerate", "launch")
+    one_agent = True
+
+    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
+        if "config_file" not in m:
+            return {}
+        return {"config_file": r.string("launch.config_file", m["config_file"],
+                                        newline=False)}
+
+    def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
+        no_requeue(spec, "accelerate launch")
+        launch = spec.launch
+        if spec.job.nodes * launch.procs_per_node < 2:
+            raise SpecError(spec.source, "launch.procs_per_node", "mode accelerate starts at "
+                            "least 2 processes in all (accelerate's --multi_gpu); for one "
+                            "process use mode torchrun or srun", launch.procs_per_node)
+        launcher = [*launch.command, "--multi_gpu", word("--num_machines=", NNODES),
+                    word("--num_processes=", NPROCS), word("--main_process_ip=", RDZV_HOST),
+                    word("--main_process_port=", RDZV_PORT), "--rdzv_backend=static",
+                    "--no_python"]
+        head = [launch.option("config_file", ""), "1" if spec.job.gpus_per_node == 0 else "0"]
+        step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
+                    tuple(node_argv(rt, spec, SCRIPT, "accelerate-node", head, launcher)))
+        return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
+                    spec.job.node_output is not None,
+                    scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
+                             (SCRIPT.name, NODE_SCRIPT)),
+                    batch=(Raw(f"nprocs=$((nnodes * {launch.procs_per_node}))  "
+                               "# accelerate's --num_processes is the total"),))
+
+    def comment(self, spec: JobSpec) -> str:
+        launch = spec.launch
+        return (f"one {' '.join(launch.command)} per node, "
+                f"{processes(launch.procs_per_node)} each, --machine_rank from the node")
+
+    def preview_node(self, spec: JobSpec, plan: Plan, node_rank: int, nnodes: int,
+                     values: Values) -> List[str]:
+        vals = dict(values, nprocs=str(nnodes * spec.launch.procs_per_node))
+        argv = resolve(plan.task, vals)
+        argv = argv[argv.index("accelerate-node") + 1:]
+        config, _, n = argv[0], argv[1], int(argv[2])
+        rest = argv[3:]
+        config = config or "<per-job file>"
+        shown = rest[:n] + ["--config_file", config, "--machine_rank", str(node_rank)] + rest[n:]
+        return [f"  per node: {' '.join(shlex.quote(a) for a in shown)}"]

@@ -1,0 +1,215 @@
+"""Rings 1 and 2: launch modes accelerate and deepspeed (launcher/modes/accelerate.py,
+deepspeed.py). Rendering and spec errors in Python; then the rendered scripts run by bash
+with recording fakes (tests/fakes/fake.py): hostile program arguments reach the program
+unchanged through srun, the container and the per-node launcher, the per-node rank is each
+node's own (expanded on the node), and the per-job config file / hostfile hold what they
+should, for bare, Apptainer, Enroot and pyxis."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from launcher.jobscript import render_jobscript
+from launcher.model import SpecError
+from launcher.modes import mode_for, plan_launch
+from launcher.preview import render_preview
+from launcher.spec import load_spec, parse_spec
+from tests.test_fakes import HOSTILE, HOSTILE_NL, Cluster, _cleaned
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~", "--local_rank=7"]
+
+
+def spec_text(mode: str, runtime: dict, **launch: object) -> str:
+    return yaml.safe_dump({"job": {"nodes": 2}, "site": "jsc", "runtime": runtime,
+                           "launch": {"mode": mode, "procs_per_node": 2, **launch},
+                           "program": PROGRAM}, allow_unicode=True)
+
+
+def error(text: str) -> str:
+    with pytest.raises(SpecError) as err:
+        render_jobscript(parse_spec(textwrap.dedent(text), "x.yaml"))
+    return str(err.value)
+
+
+# --- ring 1 ------------------------------------------------------------------------------
+
+def test_accelerate_argv_total_processes_and_first_node():
+    _, plan = plan_launch(load_spec("jobs/sum_accelerate.yaml"))
+    text = render_jobscript(load_spec("jobs/sum_accelerate.yaml"))
+    assert "nprocs=$((nnodes * 2))" in text  # --num_processes is the total
+    task = [str(t) for t in plan.task]
+    i = plan.task.index("accelerate-node")
+    assert plan.task[i + 1:i + 5] == ("", "1", "9", "accelerate")  # generated config, CPU
+    assert "--multi_gpu" in task and "--no_python" in task and "--rdzv_backend=static" in task
+    assert 'rdzv_host="${first_node}i"' in text
+    # The per-node value is expanded in the node script, never at batch scope.
+    assert '--machine_rank "$SLURM_NODEID"' in text and "machine_rank=" not in text
+    assert "#SBATCH --ntasks-per-node=1" in text
+    assert mode_for("accelerate").world_size(load_spec("jobs/sum_accelerate.yaml"), 2) == 4
+
+
+def test_accelerate_gpu_and_user_config():
+    spec = parse_spec(spec_text("accelerate", {"kind": "bare"}, config_file="acc.yaml")
+                      .replace("nodes: 2", "nodes: 2\n  gpus_per_node: 4"), "x.yaml")
+    task = plan_launch(spec)[1].task
+    i = task.index("accelerate-node")
+    assert task[i + 1:i + 3] == ("acc.yaml", "0")  # the user's file; GPUs: no ACCELERATE_USE_CPU
+
+
+def test_deepspeed_argv_and_hostfile_lines():
+    text = render_jobscript(load_spec("jobs/sum_deepspeed.yaml"))
+    assert '--hostfile "$hostfile" --node_rank "$SLURM_NODEID"' in text
+    assert "--no_ssh" in text and '"--master_addr=${rdzv_host}"' in text
+    assert "--no_local_rank" in text and "pdsh" not in text
+    assert not re.search(r"(^|[ \"])ssh ", text)
+    assert "ds_slots=2" in text and "ds_suffix=i" in text
+    spec = parse_spec(spec_text("deepspeed", {"kind": "bare"}, local_rank_arg=True), "x.yaml")
+    assert "--no_local_rank" not in plan_launch(spec)[1].task
+
+
+def test_preview_shows_each_nodes_rank():
+    text = render_preview(load_spec("jobs/sum_accelerate.yaml"), "jwb[0001-0003]", 7)
+    assert "--num_processes=6" in text and "--main_process_ip=jwb0001i" in text
+    for n in range(3):
+        assert f"--machine_rank {n} python3 -u examples/distributed_sum.py" in text
+    text = render_preview(load_spec("jobs/sum_deepspeed.yaml"), "jwb[0001-0002]", 7)
+    assert "--node_rank 1 python3" in text and "--master_addr=jwb0001i" in text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("job: {nodes: 1}\nlaunch: {mode: accelerate}\nprogram: [p]",
+     "x.yaml: launch.procs_per_node: mode accelerate starts at least 2 processes in all "
+     "(accelerate's --multi_gpu); for one process use mode torchrun or srun, got 1"),
+    ("job: {nodes: 2}\nlaunch: {mode: accelerate, local_rank_arg: true}\nprogram: [p]",
+     "x.yaml: launch.local_rank_arg: means nothing in mode 'accelerate': it makes deepspeed "
+     "append --local_rank=N to the program's arguments (mode deepspeed), got True"),
+    ("job: {nodes: 2}\nlaunch: {mode: deepspeed, config_file: a.yaml}\nprogram: [p]",
+     "x.yaml: launch.config_file: means nothing in mode 'deepspeed': it is accelerate's "
+     "--config_file (mode accelerate), got 'a.yaml'"),
+    ("job: {nodes: 2}\nlaunch: {mode: deepspeed, local_rank_arg: yes please}\nprogram: [p]",
+     "x.yaml: launch.local_rank_arg: must be true or false, got 'yes please'"),
+    ("job: {nodes: 2}\nlaunch: {mode: deepspeed, max_restarts: 1}\nprogram: [p]",
+     "x.yaml: launch.max_restarts: means nothing in mode 'deepspeed': it is torchrun's "
+     "--max_restarts (modes torchrun and mpirun_torchrun), got 1"),
+    ("job: {nodes: 2}\nlaunch: {mode: srun, command: accelerate}\nprogram: [p]",
+     "x.yaml: launch.command: means nothing in mode 'srun': it is the per-node launcher of "
+     "modes torchrun, mpirun_torchrun, accelerate, deepspeed and ray; put the program in "
+     "program, got 'accelerate'"),
+    ("job: {nodes: 2}\nlaunch: {mode: accelerate, config_file: \"a\\nb\"}\nprogram: [p]",
+     "x.yaml: launch.config_file: must not contain a newline, got 'a\\nb'"),
+])
+def test_spec_errors_of_the_new_modes(text, expected):
+    assert error(text) == expected
+
+
+# --- ring 2 ------------------------------------------------------------------------------
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Iterator[Cluster]:
+    yield from _cleaned(Cluster(tmp_path, "submit_dir"))
+
+
+RUNTIMES = {
+    "bare": {"kind": "bare"},
+    "apptainer": {"kind": "apptainer", "image": "img.sif"},
+    "enroot": {"kind": "enroot", "image": "img.sqsh"},
+    "pyxis": {"kind": "pyxis", "image": "img.sqsh"},
+}
+
+
+@pytest.mark.ring2
+@pytest.mark.parametrize("runtime", sorted(RUNTIMES))
+@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
+def test_hostile_args_and_per_node_values(fakes, mode, runtime):
+    for image in ("img.sif", "img.sqsh"):
+        (fakes.dir / image).write_text("squash")
+    script = fakes.render(spec_text(mode, RUNTIMES[runtime]))
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    # Batch-scope values a wrongly scoped script would hand to every node.
+    done = fakes.run(script, nodes=3, SLURM_NODEID="0", SLURM_PROCID="0")
+    assert done.returncode == 0, done.stderr
+    launchers = fakes.records(mode)
+    assert sorted(r["env"]["SLURM_NODEID"] for r in launchers) == ["0", "1", "2"]
+    for rec in launchers:
+        argv = rec["argv"]
+        node = rec["env"]["SLURM_NODEID"]
+        if mode == "accelerate":
+            assert argv[:9] == ["launch", "--multi_gpu", "--num_machines=3",
+                                "--num_processes=6", "--main_process_ip=jwb0001i",
+                                "--main_process_port=29742", "--rdzv_backend=static",
+                                "--no_python", "--config_file"]
+            assert argv[10:12] == ["--machine_rank", node]
+            assert rec["file"] == "compute_environment: LOCAL_MACHINE\n" \
+                "distributed_type: MULTI_GPU\n"
+            assert rec["accelerate_use_cpu"] == "1"
+        else:
+            assert argv[:6] == ["--no_ssh", "--master_addr=jwb0001i", "--master_port=29742",
+                                "--no_python", "--no_local_rank", "--hostfile"]
+            assert argv[7:9] == ["--node_rank", node]
+            assert rec["file"] == "jwb0001i slots=2\njwb0002i slots=2\njwb0003i slots=2\n\n"
+        assert argv[-len(PROGRAM):] == PROGRAM
+        assert (rec["env"]["GLOO_SOCKET_IFNAME"], rec["env"]["NCCL_SOCKET_IFNAME"]) == \
+            ("ib0", "=ib0")
+    programs = fakes.records("python3")
+    programs = [r for r in programs if r["argv"][:1] != ["-"]]  # pyxis' interface probe
+    assert len(programs) == 3
+    for rec in programs:
+        assert rec["argv"] == PROGRAM[1:]
+    assert not list(fakes.dir.parent.rglob("pwned*"))
+
+
+@pytest.mark.ring2
+@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
+def test_a_failing_node_fails_the_job(fakes, mode):
+    (fakes.dir / "img.sif").write_text("")
+    script = fakes.render(spec_text(mode, RUNTIMES["apptainer"]))
+    done = fakes.run(script, FAKE_PROGRAM_RC="3")
+    assert done.returncode == 3, done.stderr
+
+
+@pytest.mark.ring2
+def test_accelerate_never_reads_the_users_config(tmp_path):
+    """The real accelerate (venv), two nodes simulated on this machine by the rendered node
+    script: a user config that accelerate would refuse (unknown key) is never read."""
+    from launcher.modes.accelerate import NODE_SCRIPT
+    bindir = Path(sys.executable).parent
+    stale = tmp_path / "hf" / "accelerate" / "default_config.yaml"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\n"
+                     "num_processes: 1\nstale_key_from_an_old_version: 1\n")
+    port = str(20000 + os.getpid() % 20000)
+    procs = []
+    for node in ("0", "1"):
+        env = dict(os.environ, SLURM_NODEID=node, GLOO_SOCKET_IFNAME="lo",
+                   HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT),
+                   PATH=f"{bindir}:{os.environ['PATH']}")
+        argv = ["bash", "-c", NODE_SCRIPT, "accelerate-node", "", "1", "9", "accelerate",
+                "launch", "--multi_gpu", "--num_machines=2", "--num_processes=4",
+                "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
+                "--rdzv_backend=static", "--no_python", sys.executable, "-u",
+                str(ROOT / "examples/distributed_sum.py"), "a b"]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    [line] = [x for x in outs[0].splitlines() if x.startswith("SUM_SUMMARY ")]
+    summary = json.loads(line.split(" ", 1)[1])
+    assert (summary["world_size"], summary["sum"], summary["launcher"]) == (4, 10, "accelerate")
+    assert summary["argv"] == ["a b"]
+
+
+@pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
+def test_requeue_is_refused(mode):
+    assert error(f"job: {{nodes: 2, time: '1:00:00', requeue: true}}\nlaunch: {{mode: {mode}}}\n"
+                 "program: [p]").startswith(f"x.yaml: job.requeue: mode {mode}: ")
