@@ -1,4 +1,5 @@
-"""Ring 3: launch mode ray on the local cluster (2 nodes x 2 slots), bare (venv) and Apptainer.
+"""Ring 3: launch mode ray on the local cluster (2 nodes x 2 slots): bare (venv), Apptainer,
+Enroot and pyxis.
 
 Each job is rendered by the composer and submitted with sbatch from the repository root. The
 driver's summary line is checked (world size, sum, both nodes, each node's inter-node
@@ -87,8 +88,10 @@ def assert_no_ray_left(job_id: str) -> float:
 
 
 def write_spec(folder: Path, name: str, program: List[str], extra_launch: str = "",
-               command: Optional[List[str]] = None) -> Path:
+               command: Optional[List[str]] = None, runtime: str = "") -> Path:
     launch_command = f"  command: {json.dumps(command)}\n" if command else ""
+    site = f"site: jsc\nruntime: {runtime}\n" if runtime else \
+        f"site:\n  profile: jsc\n  venv: {VENV}\n"
     spec = folder / f"{name}.yaml"
     spec.write_text(f"""\
 job:
@@ -98,10 +101,7 @@ job:
   partition: batch
   output: {folder}/%x-%j.out
   node_output: {folder}/%x-%j.node%n.out
-site:
-  profile: jsc
-  venv: {VENV}
-launch:
+{site}launch:
   mode: ray
   procs_per_node: 2
   object_store_memory: 100000000
@@ -161,6 +161,28 @@ def test_ray_apptainer_sum(slurm, shared_tmp):
                  ["-o", str(shared_tmp / "sum_ray-%j.out")])
     for log in (REPO / "logs").glob(f"*-{res.job_id}.*"):
         log.unlink()
+    check_sum(res)
+
+
+@pytest.fixture(scope="module")
+def launchers_sqsh() -> Path:
+    """launchers.sif's root file system as the squashfs Enroot and pyxis start (9 s)."""
+    sif, sqsh = REPO / "launchers.sif", REPO / "build" / "launchers.sqsh"
+    if not sif.exists():
+        pytest.fail(f"{sif} is missing: make launchers-image")
+    if not sqsh.exists() or sqsh.stat().st_mtime < sif.stat().st_mtime:
+        subprocess.run(["bash", "scripts/build-image.sh", "enroot", str(sif), str(sqsh)],
+                       cwd=REPO, check=True, capture_output=True)
+    return sqsh
+
+
+@pytest.mark.parametrize("kind", ["enroot", "pyxis"])
+def test_ray_enroot_and_pyxis_sum(slurm, shared_tmp, launchers_sqsh, kind):
+    """The same sum with the agent inside Enroot (enroot start) and pyxis (srun --container-*)."""
+    runtime = f"{{kind: {kind}, image: {launchers_sqsh.relative_to(REPO)}}}"
+    job = write_spec(shared_tmp, f"ray_{kind}", ["python3", "-u", "examples/ray_sum.py"],
+                     runtime=runtime)
+    res, _ = run(slurm, job)
     check_sum(res)
 
 
