@@ -15,7 +15,7 @@ success, failure and cancel. symmetric-run (Ray >= 2.49) starts the workers with
 missing nodes, exits 0 when the head fails to start, handles SIGINT only, and stops only its
 own node: the workers linger until their raylets time out on the lost GCS (60 s).
 
-Per node: ``ray start --block`` (its processes stay our descendants, so Slurm can always
+Per node (child processes: launcher/procs.py): ``ray start --block`` (its processes stay our descendants, so Slurm can always
 signal them) with ``--node-ip-address`` = this node's inter-node address, ``--node-name`` =
 the Slurm node name, a node-local per-job ``--temp-dir`` (Unix socket paths must stay under
 107 bytes), CPUs and GPUs from the allocation, no dashboard. Node 0 starts the head, waits
@@ -39,15 +39,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from launcher.procs import PROG, Stop, raise_stop, start, stop
 from launcher.torchrun_jsc.addresses import LaunchError, address_family, candidates
 from launcher.torchrun_jsc.decide import Endpoint
 from launcher.torchrun_jsc import netinfo
 
-PROG = "ray_node"
 DEFAULT_JOIN_TIMEOUT_S = 120.0
 MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024  # Ray refuses less (OBJECT_STORE_MINIMUM_MEMORY_BYTES)
 PROCS_ENV = "LAUNCH_PROCS_PER_NODE"  # launch.procs_per_node, for the driver
-STOP_TIMEOUT_S = 20.0  # ray start's SIGTERM handler stops its processes; then SIGKILL
 POLL_S = 0.5
 
 
@@ -211,81 +210,6 @@ def alive_node_names(head: Endpoint) -> List[str]:
     return [i.node_name for i in infos.values() if i.state == GcsNodeInfo.ALIVE]
 
 
-def _die_with_parent() -> None:
-    """Child side of Popen: SIGKILL when the agent dies, and a process group of its own."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class Stop(Exception):
-    """SIGTERM/SIGINT (scancel, srun's kill): tear down and exit 128 + signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stop(signum: int, _frame: object) -> None:
-    # Once: a second SIGTERM (Slurm sends one per process) must not cut the teardown short.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise Stop(signum)
-
-
-def start(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(list(argv), env=dict(env), preexec_fn=_die_with_parent,
-                            start_new_session=True)
-
-
-def stop(proc: Optional[subprocess.Popen], what: str) -> None:
-    """SIGTERM the process, wait, then SIGKILL its whole process group (stragglers too)."""
-    if proc is None:
-        return
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"{PROG}: {what} did not stop within {STOP_TIMEOUT_S:g} s: killed",
-                  file=sys.stderr, flush=True)
-        except Stop:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-    kill_session(proc.pid)
-
-
-def session_members(sid: int, proc_root: str = "/proc") -> List[int]:
-    """PIDs whose session is ``sid``. Ray's workers take process groups of their own, and
-    when their raylet dies first they are re-parented outside the Slurm step's process tree
-    (proctrack/linuxproc then no longer sees them): the session still holds them."""
-    out = []
-    for entry in os.listdir(proc_root):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"{proc_root}/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 3 and fields[3] == str(sid):
-            out.append(int(entry))
-    return out
-
-
-def kill_session(sid: int) -> None:
-    for pid in session_members(sid):
-        if pid != os.getpid():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
 def wait_for_nodes(opts: Options, node: Node, ray_proc: subprocess.Popen,
                    clock: Callable[[], float] = time.monotonic) -> Optional[str]:
     """None once every node is alive in the GCS, else the one-line error."""
@@ -376,8 +300,8 @@ def run(opts: Options, env: Mapping[str, str]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    signal.signal(signal.SIGTERM, _raise_stop)
-    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, raise_stop)
+    signal.signal(signal.SIGINT, raise_stop)
     try:
         return run(parse_args(sys.argv[1:] if argv is None else argv), os.environ)
     except LaunchError as e:

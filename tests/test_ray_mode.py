@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import ray_node
+from launcher import procs, ray_node
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import plan_launch
@@ -81,6 +81,15 @@ def test_spec_errors(launch, message):
     with pytest.raises(SpecError) as e:
         spec(launch)
     assert str(e.value) == message
+
+
+@pytest.mark.ring1
+def test_requeue_is_refused():
+    with pytest.raises(SpecError) as e:
+        plan_launch(parse_spec("job: {nodes: 2, time: '10:00', requeue: {}}\nprogram: [d.py]\n"
+                               "launch: {mode: ray}\n", "x.yaml"))
+    assert str(e.value).startswith("x.yaml: job.requeue: mode ray: Ray (the node agents and "
+                                   "Ray's daemons) does not survive the checkpoint signal")
 
 
 @pytest.mark.ring1
@@ -165,7 +174,7 @@ def test_session_members_from_proc(tmp_path):
         (tmp_path / pid).mkdir()
         (tmp_path / pid / "stat").write_text(f"{pid} (ray::IDLE (x)) S 1 {pid} {session} 0 0\n")
     (tmp_path / "self").mkdir()
-    assert sorted(ray_node.session_members(10, str(tmp_path))) == [10, 11]
+    assert sorted(procs.session_members(10, str(tmp_path))) == [10, 11]
 
 
 # --- the agent as a worker, with a fake `ray` and a fake head port (ring 2) ---------------
