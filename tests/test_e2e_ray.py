@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from tests.conftest import load_slurmjob
+from tests.test_e2e_jobs import make
 
 pytestmark = pytest.mark.ring3
 
@@ -154,9 +155,7 @@ def test_ray_bare_sum(slurm, shared_tmp):
 
 def test_ray_apptainer_sum(slurm, shared_tmp):
     """jobs/sum_ray.job as checked in (Apptainer, launchers.sif), submitted unchanged."""
-    image = REPO / "launchers.sif"
-    if not image.exists():
-        pytest.fail(f"{image} is missing: make launchers-image")
+    launchers_sif()
     res, _ = run(slurm, REPO / "jobs" / "sum_ray.job",
                  ["-o", str(shared_tmp / "sum_ray-%j.out")])
     for log in (REPO / "logs").glob(f"*-{res.job_id}.*"):
@@ -164,12 +163,19 @@ def test_ray_apptainer_sum(slurm, shared_tmp):
     check_sum(res)
 
 
+def launchers_sif() -> Path:
+    """launchers.sif, built by the project's own target when missing (the agent itself runs
+    from the checkout: `python3 -m launcher.ray_node` in the submit directory)."""
+    sif = REPO / "launchers.sif"
+    if not sif.exists():
+        make("launchers-image")
+    return sif
+
+
 @pytest.fixture(scope="module")
 def launchers_sqsh() -> Path:
     """launchers.sif's root file system as the squashfs Enroot and pyxis start (9 s)."""
-    sif, sqsh = REPO / "launchers.sif", REPO / "build" / "launchers.sqsh"
-    if not sif.exists():
-        pytest.fail(f"{sif} is missing: make launchers-image")
+    sif, sqsh = launchers_sif(), REPO / "build" / "launchers.sqsh"
     if not sqsh.exists() or sqsh.stat().st_mtime < sif.stat().st_mtime:
         subprocess.run(["bash", "scripts/build-image.sh", "enroot", str(sif), str(sqsh)],
                        cwd=REPO, check=True, capture_output=True)
