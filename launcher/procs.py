@@ -45,11 +45,13 @@ def start(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def stop(proc: Optional[subprocess.Popen], what: str) -> None:
-    """SIGTERM the process, wait, then SIGKILL its whole process group (stragglers too)."""
+def stop(proc: Optional[subprocess.Popen], what: str, graceful: bool = True) -> None:
+    """SIGTERM the process and wait (graceful), then SIGKILL its whole process group and
+    session (stragglers too). Not graceful after a signal: Slurm SIGKILLs the step KillWait
+    seconds after its SIGTERM (2 s on the lab, 30 s by default), and the agent must be done."""
     if proc is None:
         return
-    if proc.poll() is None:
+    if graceful and proc.poll() is None:
         try:
             proc.send_signal(signal.SIGTERM)
             proc.wait(STOP_TIMEOUT_S)

@@ -232,6 +232,7 @@ def wait_for_nodes(opts: Options, node: Node, ray_proc: subprocess.Popen,
 
 def run_head(opts: Options, node: Node, env: Dict[str, str], temp_dir: str) -> int:
     ray_proc = driver = None
+    graceful = True
     try:
         ray_proc = start(ray_start_argv(opts, node, temp_dir), env)
         error = wait_for_nodes(opts, node, ray_proc)
@@ -249,9 +250,12 @@ def run_head(opts: Options, node: Node, env: Dict[str, str], temp_dir: str) -> i
                 return 1
             time.sleep(POLL_S)
         return driver.returncode if driver.returncode >= 0 else 128 - driver.returncode
+    except Stop:
+        graceful = False
+        raise
     finally:
-        stop(driver, "the driver")
-        stop(ray_proc, "ray on " + node.name)
+        stop(driver, "the driver", graceful)
+        stop(ray_proc, "ray on " + node.name, graceful)
 
 
 def run_worker(opts: Options, node: Node, env: Dict[str, str], temp_dir: str,
@@ -264,6 +268,7 @@ def run_worker(opts: Options, node: Node, env: Dict[str, str], temp_dir: str,
             return 1
         time.sleep(POLL_S)
     ray_proc = None
+    graceful = True
     try:
         ray_proc = start(ray_start_argv(opts, node, temp_dir), env)
         while ray_proc.poll() is None:
@@ -275,8 +280,11 @@ def run_worker(opts: Options, node: Node, env: Dict[str, str], temp_dir: str,
                   "head is up", file=sys.stderr, flush=True)
             return 1
         return 0
+    except Stop:
+        graceful = False
+        raise
     finally:
-        stop(ray_proc, "ray on " + node.name)
+        stop(ray_proc, "ray on " + node.name, graceful)
 
 
 def run(opts: Options, env: Mapping[str, str]) -> int:
@@ -286,17 +294,13 @@ def run(opts: Options, env: Mapping[str, str]) -> int:
     node = Node(node.name, node.rank, node.job_id, node.expected, address, ifname, cpus, gpus)
     temp_dir = opts.temp_dir or f"/tmp/ray-{node.job_id}"
     renv = ray_env(env, opts, node, temp_dir)
-    failed = True
     try:
-        rc = (run_head if node.rank == 0 else run_worker)(opts, node, renv, temp_dir)
-        failed = rc != 0
-        return rc
+        return (run_head if node.rank == 0 else run_worker)(opts, node, renv, temp_dir)
     finally:
-        if failed:
-            print(f"{PROG}: Ray's logs on {node.name} are kept in {temp_dir}", file=sys.stderr,
-                  flush=True)
-        else:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+        # Always: the session dir also holds spilled objects, and a node-local /tmp fills up
+        # job after job. What went wrong is in the task's output (`ray start --block`
+        # prints the tail of a dead process's log there).
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

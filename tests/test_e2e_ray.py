@@ -75,11 +75,23 @@ def ray_processes() -> Dict[str, List[str]]:
     return found
 
 
+def ray_temp_dirs(job_id: str) -> Dict[str, List[str]]:
+    """node -> the job's Ray temp dir in that node's own /tmp, if it is still there."""
+    found = {}
+    for node in NODES:
+        path = STATE / "node" / node / "tmp" / f"ray-{job_id}"
+        if path.exists():
+            found[node] = [f"temp dir {path}"]
+    return found
+
+
 def assert_no_ray_left(job_id: str) -> float:
-    """Every node is free of Ray processes within GONE_WITHIN_S; returns how long it took."""
+    """Every node is free of Ray processes (and of the job's temp dir) within GONE_WITHIN_S;
+    returns how long it took."""
     start = time.monotonic()
     while True:
         left = {n: p for n, p in ray_processes().items() if p}
+        left.update(ray_temp_dirs(job_id))
         if not left:
             return time.monotonic() - start
         if time.monotonic() - start > GONE_WITHIN_S:
