@@ -104,8 +104,8 @@ def test_preview_shows_each_nodes_rank():
      "--max_restarts (modes torchrun and mpirun_torchrun), got 1"),
     ("job: {nodes: 2}\nlaunch: {mode: srun, command: accelerate}\nprogram: [p]",
      "x.yaml: launch.command: means nothing in mode 'srun': it is the per-node launcher of "
-     "modes torchrun, mpirun_torchrun, accelerate and deepspeed; put the program in program, "
-     "got 'accelerate'"),
+     "modes torchrun, mpirun_torchrun, accelerate, deepspeed and ray; put the program in "
+     "program, got 'accelerate'"),
     ("job: {nodes: 2}\nlaunch: {mode: accelerate, config_file: \"a\\nb\"}\nprogram: [p]",
      "x.yaml: launch.config_file: must not contain a newline, got 'a\\nb'"),
 ])

@@ -135,7 +135,7 @@ def test_full_spec_round_trip():
      "got 'NCCL_*_X'"),
     ("job: {nodes: 1}\nprogram: [x]\nlaunch: {mode: lightning}",
      "x.yaml: launch.mode: must be one of torchrun, srun, horovod, mpirun_torchrun, "
-     "accelerate, deepspeed, got 'lightning'"),
+     "accelerate, deepspeed, ray, got 'lightning'"),
     ("job: {nodes: 1}\nprogram: [x]\nlaunch: {rdzv_port: 70000}",
      "x.yaml: launch.rdzv_port: must be between 1 and 65535, got 70000"),
     ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: bare, image: x.sif}",

@@ -72,7 +72,7 @@ def image(kind: str, ref: str) -> str:
      "--max_restarts (modes torchrun and mpirun_torchrun), got 3"),
     (ONE + "launch: {mode: horovod, command: torchrun}",
      "x.yaml: launch.command: means nothing in mode 'horovod': it is the per-node launcher "
-     "of modes torchrun, mpirun_torchrun, accelerate and deepspeed; put the program in "
+     "of modes torchrun, mpirun_torchrun, accelerate, deepspeed and ray; put the program in "
      "program, got 'torchrun'"),
     (ONE + "launch: {mpi: srun}",
      "x.yaml: launch.mpi: means nothing in mode 'torchrun': it chooses how horovod's MPI "

@@ -16,12 +16,13 @@ from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.deepspeed import Deepspeed
 from launcher.modes.horovod import Horovod
 from launcher.modes.mpirun_torchrun import MpirunTorchrun
+from launcher.modes.ray import Ray
 from launcher.modes.srun import Srun
 from launcher.modes.torchrun import Torchrun
 from launcher.runtimes import ContainerRuntime, runtime_for
 
 _ALL: Tuple[LaunchMode, ...] = (Torchrun(), Srun(), Horovod(), MpirunTorchrun(), Accelerate(),
-                                  Deepspeed())
+                                  Deepspeed(), Ray())
 MODES: Dict[str, LaunchMode] = {m.name: m for m in _ALL}
 MODE_NAMES: Tuple[str, ...] = tuple(MODES)
 

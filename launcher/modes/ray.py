@@ -1,0 +1,80 @@
+"""Mode ray: one Ray node agent per node (launcher/ray_node.py) via srun; the program is the
+Ray driver, run once on the first node after every node joined.
+
+The agent starts ``ray start --block`` on its node (the head on node 0 at the first node's
+inter-node name, rdzv_host:rdzv_port as the GCS address; the others join it), each with its
+own inter-node address, a node-local per-job temp dir, the allocation's CPUs and GPUs and no
+dashboard, and stops Ray on its node when the job ends for any reason (success, failure,
+scancel). The job's exit status is the driver's. Every runtime can run it: the agent is an
+ordinary srun task, and the image (or venv) must hold ray and this package.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Dict, List, Mapping
+
+from launcher.model import JobSpec
+from launcher.modes.base import LaunchMode, Plan, Step
+from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, setup_argv, \
+    srun_argv
+from launcher.ray_node import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
+from launcher.runtimes import ContainerRuntime
+from launcher.shell import Token, Values, resolve, word
+from launcher.yamlread import Reader
+
+AGENT = ("python3", "-m", "launcher.ray_node")
+
+
+class Ray(LaunchMode):
+    name = "ray"
+    keys = {
+        **PER_NODE_KEYS,
+        "object_store_memory": "it is Ray's --object-store-memory per node ({modes})",
+        "join_timeout": "it is how long the Ray head waits for every node to join ({modes})",
+    }
+    default_command = AGENT
+    one_agent = True
+
+    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if "object_store_memory" in m:
+            out["object_store_memory"] = r.integer(
+                "launch.object_store_memory", m["object_store_memory"],
+                MIN_OBJECT_STORE_BYTES, 1 << 50)
+        if "join_timeout" in m:
+            out["join_timeout"] = r.integer("launch.join_timeout", m["join_timeout"], 1, 86400)
+        return out
+
+    def agent_argv(self, spec: JobSpec) -> List[Token]:
+        launch = spec.launch
+        out: List[Token] = [*launch.command, word("--head=", RDZV_HOST, ":", RDZV_PORT)]
+        if spec.site.hostname_suffix:
+            out.append(f"--suffix={spec.site.hostname_suffix}")
+        out += [f"--procs-per-node={launch.procs_per_node}",
+                f"--join-timeout={launch.option('join_timeout', int(DEFAULT_JOIN_TIMEOUT_S))}"]
+        memory = launch.option("object_store_memory")
+        if memory is not None:
+            out.append(f"--object-store-memory={memory}")
+        return out + ["--", *spec.program]
+
+    def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
+        no_requeue(spec, "Ray (the node agents and Ray's daemons)")
+        step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
+                    tuple(rt.wrap(self.agent_argv(spec))))
+        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,),
+                    spec.job.node_output is not None)
+
+    def comment(self, spec: JobSpec) -> str:
+        n = spec.launch.procs_per_node
+        return (f"one Ray node agent per node ({' '.join(spec.launch.command)}), head on the "
+                f"first node;\n# the program is the Ray driver ({n} slot{'s' if n != 1 else ''} "
+                "per node), run once there after every node joined;\n# Ray stops on every "
+                "node when the job ends")
+
+    def preview_node(self, spec: JobSpec, plan: Plan, node_rank: int, nnodes: int,
+                     values: Values) -> List[str]:
+        text = " ".join(shlex.quote(a) for a in resolve(plan.task, values))
+        role = "Ray head, then the driver once all nodes joined" if node_rank == 0 \
+            else "Ray worker, joins the head"
+        return [f"  per node ({role}): {text}"]

@@ -1,0 +1,289 @@
+"""Rings 1 and 2 for launch mode ray: the rendered launch, spec errors, and the node agent
+(launcher/ray_node.py) with a fake `ray` and a fake head port, no Ray and no Slurm.
+
+The real thing (Ray on 2 nodes, bare and Apptainer, failures, scancel) is tests/test_e2e_ray.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher import procs, ray_node
+from launcher.jobscript import render_jobscript
+from launcher.model import SpecError
+from launcher.modes import plan_launch
+from launcher.preview import render_preview
+from launcher.spec import parse_spec
+from launcher.shell import join
+from launcher.torchrun_jsc.addresses import LaunchError
+from launcher.torchrun_jsc.decide import Endpoint
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = "job: {nodes: 2}\nsite: jsc\nprogram: [python3, -u, d.py, 'a b', '$(x)']\n"
+
+
+def spec(launch: str, runtime: str = "") -> object:
+    return parse_spec(BASE + runtime + f"launch: {{mode: ray, {launch}}}\n", "x.yaml")
+
+
+@pytest.mark.ring1
+def test_launch_line_bare():
+    _, plan = plan_launch(spec("procs_per_node: 2, object_store_memory: 100000000"))
+    assert join(plan.launch, width=10000) == (
+        'srun --kill-on-bad-exit=1 "--nodes=${nnodes}" --ntasks-per-node=1 '
+        "--output=logs/%x-%j.node%n.out python3 -m launcher.ray_node "
+        '"--head=${rdzv_host}:${rdzv_port}" --suffix=i --procs-per-node=2 --join-timeout=120 '
+        "--object-store-memory=100000000 -- python3 -u d.py 'a b' '$(x)'")
+    assert plan.tasks_per_node == 1 and plan.rendezvous and not plan.master_env
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("runtime, inside", [
+    ("runtime: {kind: apptainer, image: r.sif}\n", "apptainer exec --bind"),
+    ("runtime: {kind: enroot, image: r.sqsh}\n", "enroot-start"),
+    ("runtime: {kind: pyxis, image: r.sqsh}\n", "--container-image="),
+])
+def test_every_runtime_runs_the_agent_inside(runtime, inside):
+    text = render_jobscript(spec("join_timeout: 30", runtime))
+    launch = text.split("# Launch:", 1)[1].split("\nsrun ", 1)[1]
+    assert inside in launch and "launcher.ray_node" in launch and "--join-timeout=30" in launch
+    assert launch.index(inside) < launch.index("launcher.ray_node")
+
+
+@pytest.mark.ring1
+def test_generic_site_has_no_suffix_and_preview_names_roles():
+    s = parse_spec("job: {nodes: 2}\nprogram: [d.py]\nlaunch: {mode: ray}\n", "x.yaml")
+    _, plan = plan_launch(s)
+    assert not any(str(t).startswith("--suffix") for t in plan.task)
+    text = render_preview(spec("procs_per_node: 2"), "jwb[0001-0002]", job_id=7)
+    assert "rendezvous endpoint jwb0001i:29507" in text
+    assert "per node (Ray head, then the driver once all nodes joined): python3 -m " \
+        "launcher.ray_node --head=jwb0001i:29507" in text
+    assert "per node (Ray worker, joins the head):" in text
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("launch, message", [
+    ("object_store_memory: 1000", "x.yaml: launch.object_store_memory: must be between "
+     "78643200 and 1125899906842624, got 1000"),
+    ("join_timeout: 0", "x.yaml: launch.join_timeout: must be between 1 and 86400, got 0"),
+])
+def test_spec_errors(launch, message):
+    with pytest.raises(SpecError) as e:
+        spec(launch)
+    assert str(e.value) == message
+
+
+@pytest.mark.ring1
+def test_requeue_is_refused():
+    with pytest.raises(SpecError) as e:
+        plan_launch(parse_spec("job: {nodes: 2, time: '10:00', requeue: {}}\nprogram: [d.py]\n"
+                               "launch: {mode: ray}\n", "x.yaml"))
+    assert str(e.value).startswith("x.yaml: job.requeue: mode ray: Ray (the node agents and "
+                                   "Ray's daemons) does not survive the checkpoint signal")
+
+
+@pytest.mark.ring1
+def test_ray_keys_mean_nothing_elsewhere():
+    with pytest.raises(SpecError) as e:
+        parse_spec(BASE + "launch: {mode: torchrun, object_store_memory: 100000000}\n",
+                       "x.yaml")
+    assert str(e.value) == ("x.yaml: launch.object_store_memory: means nothing in mode "
+                            "'torchrun': it is Ray's --object-store-memory per node (mode ray), "
+                            "got 100000000")
+
+
+# --- the agent, pure parts ---------------------------------------------------------------
+
+def opts(*extra: str) -> ray_node.Options:
+    return ray_node.parse_args(["--head=jwb0001i:29501", "--suffix=i", *extra, "--", "p", "-x"])
+
+
+@pytest.mark.ring1
+def test_ray_start_argv_head_and_worker():
+    o = opts("--object-store-memory=100000000")
+    head = ray_node.Node("jwb0001", 0, "7", ("jwb0001", "jwb0002"), "10.66.0.1", "jwb0001i", 2, 4)
+    assert ray_node.ray_start_argv(o, head, "/tmp/ray-7") == [
+        "ray", "start", "--head", "--port=29501", "--include-dashboard=false",
+        "--node-ip-address=10.66.0.1", "--node-name=jwb0001", "--temp-dir=/tmp/ray-7",
+        "--num-cpus=2", "--num-gpus=4", "--disable-usage-stats", "--block",
+        "--object-store-memory=100000000"]
+    worker = ray_node.Node("jwb0002", 1, "7", head.expected, "10.66.0.2", "jwb0002i", 2, 0)
+    argv = ray_node.ray_start_argv(o, worker, "/tmp/ray-7")
+    assert argv[:3] == ["ray", "start", "--address=jwb0001i:29501"] and "--head" not in argv
+    assert o.program == ("p", "-x")
+
+
+@pytest.mark.ring1
+def test_env_user_values_win():
+    node = ray_node.Node("jwb0002", 1, "7", (), "10.66.0.2", "jwb0002i")
+    env = ray_node.ray_env({"NCCL_SOCKET_IFNAME": "ib", "PATH": "/bin"},
+                           opts("--procs-per-node=2"), node, "/tmp/ray-7")
+    assert env["GLOO_SOCKET_IFNAME"] == "jwb0002i" and env["NCCL_SOCKET_IFNAME"] == "ib"
+    assert env["MASTER_ADDR"] == "jwb0001i" and env["RAY_ADDRESS"] == "jwb0001i:29501"
+    assert env["LAUNCH_PROCS_PER_NODE"] == "2" and env["RAY_TMPDIR"] == "/tmp/ray-7"
+    assert env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"
+
+
+@pytest.mark.ring1
+@pytest.mark.parametrize("argv, message", [
+    (["--head=jwb0001i", "--", "p"], "--head: expected HOST:PORT, got 'jwb0001i'"),
+    (["--head=h:0", "--", "p"], "--head: expected HOST:PORT, got 'h:0'"),
+    (["--head=h:1"], "no program to run on the head node (expected: -- PROGRAM ...)"),
+    (["--head=h:1", "--object-store-memory=10", "--", "p"],
+     "--object-store-memory: Ray needs at least 78643200 bytes, got 10"),
+    (["--head=h:1", "--join-timeout=0", "--", "p"], "--join-timeout: expected seconds > 0, got 0.0"),
+])
+def test_agent_bad_input(argv, message):
+    with pytest.raises(LaunchError) as e:
+        ray_node.parse_args(argv)
+    assert str(e.value) == message
+
+
+@pytest.mark.ring1
+def test_join_error_names_the_missing_nodes():
+    missing = ray_node.missing_nodes(("jwb0001", "jwb0002", "jwb0003"), ["jwb0001", "jwb0003"])
+    assert ray_node.join_error(Endpoint("jwb0001i", 29501), 60, missing, 3) == (
+        "ray_node: 1 of 3 nodes did not join the Ray head at jwb0001i:29501 within 60 s: jwb0002")
+
+
+@pytest.mark.ring1
+def test_node_from_env_and_allocation():
+    node = ray_node.node_from_env({"SLURMD_NODENAME": "jwb0002", "SLURM_NODEID": "1",
+                                   "SLURM_JOB_ID": "9", "SLURM_STEP_NODELIST": "jwb[0001-0002]"})
+    assert (node.name, node.rank, node.expected) == ("jwb0002", 1, ("jwb0001", "jwb0002"))
+    with pytest.raises(LaunchError, match="not inside a Slurm task: SLURMD_NODENAME"):
+        ray_node.node_from_env({"SLURM_NODEID": "1", "SLURM_JOB_ID": "9"})
+    assert ray_node.allocation({"SLURM_GPUS_ON_NODE": "4"})[1] == 4
+    assert ray_node.allocation({"CUDA_VISIBLE_DEVICES": "0,1"})[1] == 2
+    assert ray_node.allocation({})[1] == 0
+
+
+@pytest.mark.ring1
+def test_session_members_from_proc(tmp_path):
+    for pid, session in (("10", "10"), ("11", "10"), ("12", "99")):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / "stat").write_text(f"{pid} (ray::IDLE (x)) S 1 {pid} {session} 0 0\n")
+    (tmp_path / "self").mkdir()
+    assert sorted(procs.session_members(10, str(tmp_path))) == [10, 11]
+
+
+# --- the agent as a worker, with a fake `ray` and a fake head port (ring 2) ---------------
+
+FAKE_RAY = """\
+#!/bin/sh
+# Records its argv, then blocks like `ray start --block` until SIGTERM (or exits $FAKE_RC).
+echo "$$" > "$FAKE_ARGV.pid"
+printf '%s\\n' "$@" > "$FAKE_ARGV"
+trap 'echo stopped >> "$FAKE_ARGV"; exit 1' TERM
+if [ -n "${FAKE_RC:-}" ]; then exit "$FAKE_RC"; fi
+while :; do sleep 0.1; done
+"""
+
+
+def start_worker(tmp_path: Path, port: int, **env: str) -> subprocess.Popen:
+    fake = tmp_path / "ray"
+    fake.write_text(FAKE_RAY)
+    fake.chmod(0o755)
+    full = {**os.environ, "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "localhost",
+            "SLURM_NODEID": "1", "SLURM_JOB_ID": "5", "SLURM_STEP_NODELIST": "localhost",
+            "FAKE_ARGV": str(tmp_path / "argv"), **env}
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher.ray_node", f"--head=127.0.0.1:{port}",
+         f"--ray={fake}", "--join-timeout=20", f"--temp-dir={tmp_path / 'raytmp'}", "--", "x"],
+        env=full, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen) -> str:
+    while not (path.exists() and path.read_text()):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)  # polls the condition; not a fixed wait
+    return path.read_text()
+
+
+@pytest.mark.ring2
+def test_worker_joins_then_stops_when_the_head_closes(tmp_path):
+    head = socket.create_server(("127.0.0.1", 0))
+    (tmp_path / "raytmp").mkdir()  # what `ray start` would make
+    proc = start_worker(tmp_path, head.getsockname()[1])
+    argv = wait_for_file(tmp_path / "argv", proc).split("\n")
+    assert argv[:2] == ["start", f"--address=127.0.0.1:{head.getsockname()[1]}"]
+    assert "--node-ip-address=127.0.0.1" in argv and "--node-name=localhost" in argv
+    head.close()  # the head stopped: the worker stops its Ray and ends the task with 0
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    assert (tmp_path / "argv").read_text().endswith("stopped\n")
+    assert not (tmp_path / "raytmp").exists()  # the per-job temp dir is removed on success
+
+
+@pytest.mark.ring2
+def test_worker_fails_when_its_ray_dies_under_a_live_head(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as head:
+        proc = start_worker(tmp_path, head.getsockname()[1], FAKE_RC="1")
+        assert proc.wait(timeout=30) == 1
+        err = proc.stderr.read()
+    assert "ray_node: Ray on localhost exited with 1 while the head is up" in err
+
+
+@pytest.mark.ring2
+def test_worker_sigterm_stops_ray(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as head:
+        proc = start_worker(tmp_path, head.getsockname()[1])
+        wait_for_file(tmp_path / "argv", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    # After a signal Slurm kills the step within KillWait: the agent SIGKILLs at once.
+    pid = (tmp_path / "argv.pid").read_text().strip()
+    assert not Path(f"/proc/{pid}").exists()
+    assert "stopped by signal 15" in proc.stderr.read()
+
+
+@pytest.mark.ring2
+def test_worker_gives_up_on_a_head_that_never_opens(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher.ray_node", f"--head=127.0.0.1:{port}",
+         "--join-timeout=1", "--ray=/bin/false", "--", "x"],
+        env={**os.environ, "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "localhost",
+             "SLURM_NODEID": "1", "SLURM_JOB_ID": "5"}, capture_output=True, text=True,
+        timeout=30)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[0] == (
+        f"ray_node: localhost: the Ray head 127.0.0.1:{port} did not open its port within 1 s")
+
+
+@pytest.mark.ring2
+def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
+    """bash runs the rendered script with fakes of srun/apptainer/python3 (tests/fakes): one
+    agent per node, the head at the first node's inter-node name, the program byte-identical."""
+    from tests.test_fakes import HOSTILE, HOSTILE_NL, Cluster
+
+    cluster = Cluster(tmp_path)
+    (cluster.dir / "r.sif").write_text("")
+    script = cluster.render(f"""\
+        job: {{nodes: 2}}
+        site: jsc
+        runtime: {{kind: apptainer, image: r.sif}}
+        launch: {{mode: ray, procs_per_node: 2}}
+        program: {json.dumps(["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"])}
+        """)
+    done = cluster.run(script)
+    assert done.returncode == 0, done.stderr
+    agents = cluster.records("python3")
+    assert len(agents) == 2
+    for rec in agents:
+        assert rec["argv"] == ["-m", "launcher.ray_node", "--head=jwb0001i:29742", "--suffix=i",
+                               "--procs-per-node=2", "--join-timeout=120", "--",
+                               "python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"]
+    assert sorted(r["env"]["SLURM_NODEID"] for r in agents) == ["0", "1"]
+    assert not list(tmp_path.rglob("pwned*"))
