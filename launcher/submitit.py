@@ -110,7 +110,8 @@ def _node_setup(runtime: ContainerRuntime) -> List[Statement]:
         return []
     return [Raw(f"# Once per node: {type(runtime).__name__.lower()} setup."),
             Raw(join(["srun", "--kill-on-bad-exit=1", word("--nodes=", Var("SLURM_JOB_NUM_NODES")),
-                      "--ntasks-per-node=1", *inner]) + " || exit 1")]
+                      word("--ntasks=", Var("SLURM_JOB_NUM_NODES")), "--ntasks-per-node=1",
+                      *inner]) + " || exit 1")]
 
 
 def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> SubmititPlan:

@@ -64,11 +64,13 @@ def test_preflight_key_errors(value, message):
 @pytest.mark.ring1
 def test_step_runs_after_setup_and_before_the_launch(tmp_path):
     text = render_jobscript(spec_of(SPEC))
-    step = text.index('python3 -c "${doctor_py}" node')
+    step = text.index('"${doctor_py}" node')
+    assert '"--ntasks=${nnodes}" --ntasks-per-node=1 python3' in text  # one task per node
     assert text.index("rdzv_port=29400") < step < text.index("# Launch:")
     assert "|| { echo \"preflight: a check failed (table above); not launching\" >&2; exit 1; }" \
         in text
-    assert "--bind /data:/data \\\n    --bind \"${PWD}\" image.sif \\\n    | python3" in text
+    flat = " ".join(text.replace("\\\n", " ").split())  # the line breaks are the renderer's
+    assert "--bind /data:/data --bind \"${PWD}\" image.sif | python3" in flat
     script = tmp_path / "s.job"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)

@@ -57,7 +57,10 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     CLI (`python -m launcher doctor`), which renders them."""
     conf = json.dumps(node_config(spec, fake_gpus), sort_keys=True)
     where: List[Token] = [Var("doctor_conf"), Var("rdzv_host"), Var("rdzv_port")]
-    step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), "--ntasks-per-node=1",
+    # --ntasks too: the job's SLURM_NTASKS (srun/horovod modes) would override
+    # --ntasks-per-node=1 and start two listeners on the first node.
+    step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), word("--ntasks=", Var("nnodes")),
+                         "--ntasks-per-node=1",
                          "python3", "-c", Var("doctor_py"), "node", *where, "--",
                          *runtime.wrap([])]
     collect: List[Token] = ["python3", "-c", Var("doctor_py"), output, *where, Var("hostnames"),
