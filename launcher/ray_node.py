@@ -166,6 +166,9 @@ def ray_start_argv(opts: Options, node: Node, temp_dir: str) -> List[str]:
     return out
 
 
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
 def ray_env(env: Mapping[str, str], opts: Options, node: Node, temp_dir: str) -> Dict[str, str]:
     """The environment of `ray start` (and so of every Ray worker on the node) and the driver.
 
@@ -180,6 +183,12 @@ def ray_env(env: Mapping[str, str], opts: Options, node: Node, temp_dir: str) ->
         out[PROCS_ENV] = str(opts.procs_per_node)
     # SIGTERM makes `ray start --block` drain the node for up to 30 s first: not in a batch job.
     out.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+    # Ray >= 2.5x: with RAY_AUTH_MODE unset, `ray start --head` turns token authentication on
+    # when ~/.ray/auth_token exists (a local `ray.init()` writes one), but `ray start
+    # --address` does not, so every worker is refused ("InvalidAuthToken"; seen in CI after a
+    # local ray.init() on the same account). One mode for the whole job: the user's
+    # RAY_AUTH_MODE if set (token: then the token must reach every node), else disabled.
+    out.setdefault(AUTH_MODE_ENV, "disabled")
     return out
 
 

@@ -126,10 +126,11 @@ job:
     return job
 
 
-def run(slurm, job: Path, sbatch_args=()):
+def run(slurm, job: Path, sbatch_args=(), env=None):
     before = {n: p for n, p in ray_processes().items() if p}
     assert not before, f"Ray processes before the job (another job's?): {before}"
-    res = slurm.run_job(str(job), list(sbatch_args), timeout=JOB_TIMEOUT_S, cwd=str(REPO))
+    res = slurm.run_job(str(job), list(sbatch_args), timeout=JOB_TIMEOUT_S, cwd=str(REPO),
+                        env=env)
     gone = time.monotonic()
     # The per-node logs (node_output) lie beside the spec: the driver's lines are in node 0's.
     for log in sorted(job.parent.glob(f"*-{res.job_id}.node*.out")):
@@ -161,7 +162,13 @@ def check_sum(res) -> None:
 def test_ray_bare_sum(slurm, shared_tmp):
     """Venv, 2 nodes x 2 actors: the gloo sum over Ray actors on both nodes."""
     job = write_spec(shared_tmp, "ray_bare", ["python3", "-u", "examples/ray_sum.py"])
-    res, _ = run(slurm, job)
+    # A home with ~/.ray/auth_token, as any local ray.init() leaves: `ray start --head` would
+    # turn token authentication on and refuse every worker (seen in CI) unless the agent sets
+    # one mode for the job.
+    home = shared_tmp / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
+    res, _ = run(slurm, job, env=dict(os.environ, HOME=str(home)))
     check_sum(res)
 
 

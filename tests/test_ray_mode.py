@@ -132,6 +132,10 @@ def test_env_user_values_win():
     assert env["MASTER_ADDR"] == "jwb0001i" and env["RAY_ADDRESS"] == "jwb0001i:29501"
     assert env["LAUNCH_PROCS_PER_NODE"] == "2" and env["RAY_TMPDIR"] == "/tmp/ray-7"
     assert env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == "0"
+    # One authentication mode for head and workers, whatever ~/.ray/auth_token holds.
+    assert env["RAY_AUTH_MODE"] == "disabled"
+    assert ray_node.ray_env({"RAY_AUTH_MODE": "token"}, opts(), node, "/t")["RAY_AUTH_MODE"] \
+        == "token"
 
 
 @pytest.mark.ring1
