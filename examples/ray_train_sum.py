@@ -140,9 +140,11 @@ def main() -> int:
     try:
         result = trainer.fit()
     except Exception as exc:  # Ray Train's TrainingFailedError carries the workers' errors
-        first = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
-        print(f"ray_train_sum: the run failed ({type(exc).__name__}): {first[0]}; "
-              f"its state is in {os.path.join(storage, name)}", file=sys.stderr, flush=True)
+        first = (str(exc).strip().splitlines() or [""])[0].rstrip(":")
+        print(f"ray_train_sum: the run failed ({type(exc).__name__}: {first}; the workers' "
+              f"errors are above); its state is in {os.path.join(storage, name)}, which every "
+              "node must see (--storage-path: a shared folder, not a node-local one)",
+              file=sys.stderr, flush=True)
         return 1
     summary = {k: v for k, v in (result.metrics or {}).items() if not k.startswith("_")}
     summary["launcher"] = "ray-train"

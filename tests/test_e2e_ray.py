@@ -186,6 +186,7 @@ def test_ray_train_bare_sum(slurm, shared_tmp):
     res, _ = run(slurm, job)
     assert res.state == "COMPLETED", res.output[-3000:]
     s = line_of(res.output, "SUM_SUMMARY")
+    print("ray_train:", json.dumps(s, sort_keys=True))
     assert s["launcher"] == "ray-train" and s["world_size"] == 4 and s["sum"] == 10 == s["expected"]
     assert s["ok"] is True and s["ddp_ok"] is True and s["checkpoint_ok"] is True, s
     assert s["backend"] == "gloo" and s["hosts"] == list(NODES), s
