@@ -89,7 +89,7 @@ print_plan() {
         echo "      the tests, make bench and make demo run in it"
     fi
     if [ "$need_launchers" = 1 ]; then
-        echo "  - $venv: accelerate, deepspeed, ray, submitit as pinned in requirements/launchers.txt (about 320 MB)"
+        echo "  - $venv: accelerate, deepspeed, ray, submitit as pinned in requirements/launchers.txt (about 580 MB with Ray Train's pandas and pyarrow)"
         echo "      the accelerate, deepspeed, ray and submitit launch modes; torch and numpy stay as installed"
     fi
     echo "  apt and pip output: $log"

@@ -1,5 +1,5 @@
 """Ring 3: launch mode ray on the local cluster (2 nodes x 2 slots): bare (venv), Apptainer,
-Enroot and pyxis.
+Enroot and pyxis; Ray Train's TorchTrainer bare (venv).
 
 Each job is rendered by the composer and submitted with sbatch from the repository root. The
 driver's summary line is checked (world size, sum, both nodes, each node's inter-node
@@ -170,6 +170,38 @@ def test_ray_bare_sum(slurm, shared_tmp):
     (home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
     res, _ = run(slurm, job, env=dict(os.environ, HOME=str(home)))
     check_sum(res)
+
+
+def lab_addresses() -> Dict[str, str]:
+    """name -> address from the lab's private hosts file (the host itself does not resolve
+    the nodes' names): jwb0001 is the hostname's address, jwb0001i the inter-node one."""
+    out = {}
+    for line in (STATE / "hosts").read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            out[name] = fields[0]
+    return out
+
+
+def test_ray_train_bare_sum(slurm, shared_tmp):
+    """Venv, 2 nodes x 2: Ray Train's TorchTrainer (examples/ray_train_sum.py) forms its own
+    gloo group at the address Ray advertises for worker 0's node (the inter-node one), sums
+    rank + 1, takes one DDP step and stores rank 0's checkpoint on the shared file system."""
+    storage = shared_tmp / "ray-train"
+    job = write_spec(shared_tmp, "ray_train", ["python3", "-u", "examples/ray_train_sum.py",
+                                               f"--storage-path={storage}"])
+    res, _ = run(slurm, job)
+    assert res.state == "COMPLETED", res.output[-3000:]
+    s = line_of(res.output, "SUM_SUMMARY")
+    print("ray_train:", json.dumps(s, sort_keys=True))
+    assert s["launcher"] == "ray-train" and s["world_size"] == 4 and s["sum"] == 10 == s["expected"]
+    assert s["ok"] is True and s["ddp_ok"] is True and s["checkpoint_ok"] is True, s
+    assert s["backend"] == "gloo" and s["hosts"] == list(NODES), s
+    assert s["ifnames"] == ["jwb0001i", "jwb0002i"], s
+    addresses = lab_addresses()
+    assert s["master_addr"] in {addresses["jwb0001i"], addresses["jwb0002i"]}, (s, addresses)
+    assert storage.is_dir() and not list(storage.iterdir()), "the run's folder stayed"
+    assert "all 2 nodes joined the Ray head at jwb0001i:" in res.output
 
 
 def test_ray_apptainer_sum(slurm, shared_tmp):

@@ -291,3 +291,29 @@ def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
                                "python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"]
     assert sorted(r["env"]["SLURM_NODEID"] for r in agents) == ["0", "1"]
     assert not list(tmp_path.rglob("pwned*"))
+
+
+def load_example(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # imports nothing but the standard library at load
+    return module
+
+
+@pytest.mark.ring1
+def test_ray_train_sum_sizes_the_trainer_from_the_cluster():
+    """examples/ray_train_sum.py: procs_per_node per alive node, else one worker per CPU;
+    GPUs only when every node has them."""
+    shape = load_example("ray_train_sum").cluster_shape
+
+    def node(alive=True, cpus=2, gpus=0):
+        res = {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})}
+        return {"Alive": alive, "Resources": res}
+
+    assert shape([node(), node(), node(alive=False)], 2) == (4, 0)
+    assert shape([node(cpus=3), node(cpus=1)], None) == (4, 0)
+    assert shape([node(gpus=4), node(gpus=4)], 4) == (8, 4)
+    assert shape([node(gpus=4), node()], 1) == (2, 0)
