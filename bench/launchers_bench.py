@@ -5,7 +5,8 @@ program in every row: examples/distributed_sum.py (under Ray: examples/ray_sum.p
 runs it in one Ray actor per slot). Time = rank 0's `t_allreduce` (when it came out of the
 first all_reduce, which every rank had entered) minus the time of sbatch; the floor is
 srun mode (srun starts the ranks itself, no launcher process), measured in the same run,
-rounds interleaved.
+rounds interleaved. submitit: executor.submit of examples/submitit_sum.py's function with a
+bare spec of the same geometry, to the latest rank's all_reduce.
 """
 
 from __future__ import annotations
@@ -60,9 +61,38 @@ def first_allreduce_s(jobfile: str) -> Optional[float]:
     return None
 
 
+def submitit_s() -> Optional[float]:
+    """executor.submit(distributed_sum) of examples/submitit_sum.py -> rank 0's all_reduce,
+    with a bare spec of the same geometry (submitit writes and submits its own sbatch file)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import cloudpickle
+    import submitit_sum  # noqa: E402  (examples/submitit_sum.py)
+
+    cloudpickle.register_pickle_by_value(submitit_sum)  # the nodes cannot import examples/
+
+    from launcher.submitit import executor_for
+
+    spec = ROOT / "bench-results" / "jobs" / "bench_sum_submitit.yaml"
+    spec.write_text("job: {nodes: 2, time: '00:10:00', partition: batch}\nsite: jsc\n"
+                    "launch: {mode: srun, procs_per_node: 2}\nprogram: [python3]\n")
+    executor = executor_for(str(spec), str(ROOT / "bench-results" / "submitit" / "%j"))
+    start = time.time()
+    job = executor.submit(submitit_sum.distributed_sum)
+    if not submitit_sum.wait(job, 300) or submitit_sum.missing_results(job):
+        print(f"bench: submitit job {job.job_id}: no results", file=sys.stderr)
+        return None
+    results = job.results()
+    if len(results) != 4 or not all(r["ok"] for r in results):
+        print(f"bench: submitit job {job.job_id}: {results}", file=sys.stderr)
+        return None
+    return max(r["t_allreduce"] for r in results) - start
+
+
 def launchers(repeats: int) -> str:
     jobs: Dict[str, str] = {row: render(mode, prog) for row, (mode, prog) in MODES.items()}
-    s = interleave({k: (lambda j=j: first_allreduce_s(j)) for k, j in jobs.items()}, repeats)
+    runs = {k: (lambda j=j: first_allreduce_s(j)) for k, j in jobs.items()}
+    runs["submitit (executor.submit)"] = submitit_s
+    s = interleave(runs, repeats)
     floor = s["srun + env:// (floor)"]
     rows = [[k, v.cell("s"), ratio(v, floor)] for k, v in s.items()]
     return table(["2 nodes x 2 procs, bare, sbatch -> first all_reduce", "time", "vs floor"],
