@@ -69,5 +69,10 @@ STUB
     chmod 0755 "$stub.tmp" && mv -f "$stub.tmp" "$stub"
 fi
 if [ "$had_pyxis" = 0 ] && [ -f /usr/local/lib/slurm/spank_pyxis.so ] && pgrep -x slurmd >/dev/null; then
-    echo "enroot-setup: pyxis newly installed while the cluster runs: restart it (scripts/cluster.sh down; scripts/cluster.sh up)"
+    # slurmd and srun load SPANK plugins only at start: restart the running lab here, so that
+    # no later step (make test, make demo) meets a cluster without the plugin it just got.
+    echo "enroot-setup: pyxis newly installed while the cluster runs: restarting it"
+    nodes=$(cat "${JWB_CLUSTER_STATE:-/run/torchrun-jsc-cluster}/nodes" 2>/dev/null || true)
+    bash "$here/scripts/cluster.sh" down
+    bash "$here/scripts/cluster.sh" up ${nodes:+"$nodes"}
 fi

@@ -215,7 +215,11 @@ fi
 step_quiet() { "$@" >>"$log" 2>&1 || { tail -n 5 "$log" >&2; die "$* failed (full log: $log)"; }; }
 step_quiet "$here/scripts/apptainer-config.sh"
 step_quiet "$venv/bin/pip" install -q --no-deps -e "$here"
-versions="venv $venv, $(apptainer --version), $(sinfo --version)"
+# Versions from dpkg, never from the daemons' clients: `sinfo --version` needs a slurm.conf,
+# which a fresh machine has only after `make cluster-up` (setup must not ask a service that
+# set-up itself configures later).
+slurm_version=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null | sed 's/-.*//')
+versions="venv $venv, $(apptainer --version), slurm ${slurm_version:-not installed}"
 if [ "$installed" = 1 ]; then
     echo "setup: ok ($versions)"
 else

@@ -176,7 +176,7 @@ def lab_addresses() -> Dict[str, str]:
     """name -> address from the lab's private hosts file (the host itself does not resolve
     the nodes' names): jwb0001 is the hostname's address, jwb0001i the inter-node one."""
     out = {}
-    for line in (STATE / "hosts").read_text().splitlines():
+    for line in (STATE / f"hosts-{NODES[0]}").read_text().splitlines():
         fields = line.split("#", 1)[0].split()
         for name in fields[1:]:
             out[name] = fields[0]
