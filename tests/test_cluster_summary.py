@@ -85,3 +85,28 @@ def test_cluster_script_passes_shellcheck():
     p = subprocess.run(["shellcheck", str(REPO / "scripts/cluster.sh")], capture_output=True,
                        text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stdout
+
+
+NODE_LOG = """torchrun_jsc: endpoint=jwb0001i:29501; node_rank=0 (SLURM_NODEID); is_host=True
+W1125 19:14:13.982000 19344 torch/distributed/run.py:874] *****************************************
+[W1125 19:14:13.629605224 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3
+[rank1]:[W1125 19:14:26.946826754 reducer.cpp:1529] Warning: find_unused_parameters=True was specified
+step 10 loss 0.350183
+Warning: the user's own warning stays
+DDP_SUMMARY {"world_size": 8}"""
+
+
+def test_torch_log_lines_are_counted_not_shown():
+    text, hidden = sj.without_torch_log(NODE_LOG)
+    assert hidden == 3
+    assert text.splitlines() == [
+        "torchrun_jsc: endpoint=jwb0001i:29501; node_rank=0 (SLURM_NODEID); is_host=True",
+        "step 10 loss 0.350183", "Warning: the user's own warning stays",
+        'DDP_SUMMARY {"world_size": 8}']
+
+
+@pytest.mark.parametrize("path, top", [("/tmp/x/kit", "/tmp"), ("/tmp", "/tmp"),
+                                       ("/dev/shm/a", "/dev/shm"), ("/tmpfoo/kit", None),
+                                       ("/p/project/kit", None)])
+def test_node_local_submit_directory(path, top):
+    assert sj.node_local(path) == top

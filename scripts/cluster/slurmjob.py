@@ -24,6 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SUMMARY_PREFIX = "DDP_SUMMARY "
+# torch's own log lines: glog-style C++ warnings ("[W1125 19:14:13.62 socket.cpp:207] ...",
+# "[rank3]:[W1125 ...] ...") and the Python logger of torch.distributed ("W1125 19:14:13.98 ...").
+# On a good run they are noise (the c10d reverse-lookup warning is the lab's: the container's
+# glibc cannot name an IPv4-mapped IPv6 peer); on a failed one they are shown in full.
+TORCH_LOG = re.compile(r"^(\[rank\d+\]:)?\[?[WIE]\d{4} \d\d:\d\d:\d\d\.\d+ ")
+NODE_LOCAL = ("/tmp", "/dev/shm", "/var/tmp")
 
 
 class JobError(RuntimeError):
@@ -141,31 +147,67 @@ def check_summary(summary: dict[str, Any], world_size: int | None) -> list[str]:
     return problems
 
 
+def without_torch_log(text: str) -> tuple[str, int]:
+    """The text without torch's log lines, and how many were left out."""
+    kept, dropped = [], 0
+    for line in text.splitlines():
+        if TORCH_LOG.match(line):
+            dropped += 1
+        else:
+            kept.append(line)
+    return "\n".join(kept), dropped
+
+
+def node_local(path: str) -> str | None:
+    """The node-local directory PATH lies under (compute nodes cannot see it), else None."""
+    real = os.path.realpath(path)
+    for top in NODE_LOCAL:
+        if real == top or real.startswith(top + "/"):
+            return top
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("jobfile")
     p.add_argument("--timeout", type=float, default=600, help="seconds until scancel")
     p.add_argument("--world-size", type=int, default=None,
                    help="expected world size (default: nodes x --nproc_per_node in the job)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show torch's log lines also when the job succeeded")
     argv = sys.argv[1:] if argv is None else argv
     sbatch_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    local = node_local(os.getcwd())
+    if local:
+        print(f"slurmjob: warning: submitting from {os.getcwd()}, under node-local {local}: "
+              "compute nodes cannot see it (no job log, the job fails at once); "
+              "clone to a shared file system", file=sys.stderr)
     try:
         res = run_job(args.jobfile, sbatch_args, timeout=args.timeout)
     except (JobError, subprocess.TimeoutExpired) as e:
         print(f"slurmjob: {e}", file=sys.stderr)
         return 1
-    print(res.output)
-    print(f"job {res.job_id}: {res.state} (exit {res.exit_code}) on {res.num_nodes} nodes, "
-          f"submit -> done {res.elapsed_s:.1f} s")
     world = args.world_size or expected_world_size(args.jobfile, res)
     sums = res.summaries
     problems = [] if res.state == "COMPLETED" else [f"job state {res.state}"]
+    if not res.output.strip():
+        problems.append(f"no job output at {res.info.get('StdOut', '?')}: is "
+                        f"{res.info.get('WorkDir', os.getcwd())} on a file system the compute "
+                        "nodes see?")
     if len(sums) != 1:
         problems.append(f"expected one DDP_SUMMARY line, found {len(sums)}")
     else:
-        print(SUMMARY_PREFIX + json.dumps(sums[0], sort_keys=True))
         problems += check_summary(sums[0], world)
+    shown, hidden = (res.output, 0) if problems or args.verbose else without_torch_log(res.output)
+    print(shown)
+    if hidden:
+        print(f"({hidden} lines of torch's log warnings not shown: they are in the files above; "
+              "--verbose shows them)")
+    print(f"job {res.job_id}: {res.state} (exit {res.exit_code}) on {res.num_nodes} nodes, "
+          f"submit -> done {res.elapsed_s:.1f} s")
+    if len(sums) == 1:
+        print(SUMMARY_PREFIX + json.dumps(sums[0], sort_keys=True))
     for problem in problems:
         print(f"slurmjob: FAIL: {problem}", file=sys.stderr)
     if not problems:
