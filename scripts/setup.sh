@@ -218,7 +218,8 @@ step_quiet "$venv/bin/pip" install -q --no-deps -e "$here"
 # Versions from dpkg, never from the daemons' clients: `sinfo --version` needs a slurm.conf,
 # which a fresh machine has only after `make cluster-up` (setup must not ask a service that
 # set-up itself configures later).
-slurm_version=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null | sed 's/-.*//')
+slurm_version=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null || true)
+slurm_version=${slurm_version%%-*}
 versions="venv $venv, $(apptainer --version), slurm ${slurm_version:-not installed}"
 if [ "$installed" = 1 ]; then
     echo "setup: ok ($versions)"

@@ -55,9 +55,15 @@ class Host:
         for tool in COREUTILS:
             (self.bin / tool).symlink_to(shutil.which(tool))
         stub(self.bin / "id", 'echo "${FAKE_UID:-0}"')
-        stub(self.bin / "sinfo", "echo slurm 22.05.8")
+        # As on a fresh machine: no slurm.conf yet, so Slurm's clients cannot say their version
+        # (setup must take it from dpkg, never from a service that set-up configures later).
+        stub(self.bin / "sinfo", 'echo "sinfo: fatal: Could not establish a configuration source" >&2\n'
+             'exit 1')
+        stub(self.bin / "srun", 'echo "srun: fatal: Could not establish a configuration source" >&2\n'
+             'exit 1')
         stub(self.bin / "dpkg-query",
              'for p in $FAKE_MISSING; do [ "$p" = "${!#}" ] && exit 1; done\n'
+             '[ "$2" = "-f=\\${Version}" ] || [ "$3" = "\\${Version}" ] && { printf "22.05.8-4"; exit 0; }\n'
              'printf "install ok installed"')
         stub(self.bin / "apt-get", 'echo "apt-get $*" >>"$RECORD"\n'
              'echo "Reading package lists... (apt noise)"\n'
