@@ -75,7 +75,8 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         _no_dollar(r, f"job.{key}", m.get(key))
     time = s("time")
     if time is not None and not _TIME.match(time):
-        raise r.fail("job.time", "must be a Slurm time like 30, 00:30:00 or 1-12:00:00", m["time"])
+        raise r.fail("job.time", "must be a Slurm time: minutes (90), M:S, H:M:S (24:00:00), "
+                     "D-H, D-H:M or D-H:M:S (1-12:00:00)", m["time"])
     cpus = m.get("cpus_per_task")
     node_output = m.get("node_output", Job.node_output)
     name = s("name") or default_name

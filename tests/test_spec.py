@@ -81,7 +81,7 @@ def test_full_spec_round_trip():
     ("job: {nodes: 1}\nprogram: []",
      "x.yaml: program: must name a command, e.g. [python3, train.py], got []"),
     ("job: {nodes: 1}\nprogram: python3 x.py", "x.yaml: program: must be a list, got 'python3 x.py'"),
-    ("job: {nodes: 1}\nprogram: [x, 1.5]", "x.yaml: program[1]: must be a string, got 1.5"),
+    ("job: {nodes: 1}\nprogram: [x, {a: 1}]", "x.yaml: program[1]: must be a string, got {'a': 1}"),
     ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: apptainer}",
      "x.yaml: runtime.image: is required"),
     ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: enroot, image: ''}",
@@ -104,7 +104,8 @@ def test_full_spec_round_trip():
     ("job: {nodes: 1}\nprogram: [x]\nruntime: {kind: apptainer, image: i, nv: yes please}",
      "x.yaml: runtime.nv: must be true or false, got 'yes please'"),
     ("job: {nodes: 1, time: 10 minutes}\nprogram: [x]",
-     "x.yaml: job.time: must be a Slurm time like 30, 00:30:00 or 1-12:00:00, got '10 minutes'"),
+     "x.yaml: job.time: must be a Slurm time: minutes (90), M:S, H:M:S (24:00:00), "
+     "D-H, D-H:M or D-H:M:S (1-12:00:00), got '10 minutes'"),
     ("job: {nodes: 1, name: \"a\\nb\"}\nprogram: [x]",
      "x.yaml: job.name: must not contain a newline, got 'a\\nb'"),
     ("job: {nodes: 1, name: a/b}\nprogram: [x]",
