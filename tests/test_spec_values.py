@@ -9,7 +9,9 @@ import pytest
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec
+from launcher.shell import expansion, quote
 from launcher.submitit import submitit_plan
+from launcher.venvjob import render_venv_job
 
 pytestmark = pytest.mark.ring1
 
@@ -91,3 +93,74 @@ def test_numbers_in_program_keep_the_users_spelling():
     assert spec.program[1:] == ("t.py", "--lr", "0.001", "--wd", "1e-4", "--n", "010", "--m",
                                 "1_000", "--x", "1.0", "--h", "0x1f", "--d", "2024-01-01",
                                 "--t", "1:30")
+
+
+def test_shell_expansion_parts():
+    assert quote(expansion("$SCRATCH/img.sif")) == '"${SCRATCH}/img.sif"'
+    assert quote(expansion("${PROJECT}/x y")) == '"${PROJECT}/x y"'
+    assert quote(expansion("~/img.sif")) == '"${HOME}/img.sif"'
+    assert expansion("~") == "~" and expansion("~x/y") == "~x/y"
+    assert expansion("a$$b") == "a$b"
+    assert expansion("$(id) `id` $1 $") == "$(id) `id` $1 $"
+    assert quote(expansion('$A"`\\$(x)$$B')) == '"${A}\\"\\`\\\\\\$(x)\\$B"'
+
+
+@pytest.mark.parametrize("kind, image, expected", [
+    ("apptainer", "$SCRATCH/img.sif", ' "${SCRATCH}/img.sif" '),
+    ("apptainer", "~/img.sif", ' "${HOME}/img.sif" '),
+    ("pyxis", "${PROJECT}/img.sqsh", '"--container-image=${PROJECT}/img.sqsh"'),
+    ("enroot", "$SCRATCH/img.sqsh", "enroot_image=\"${SCRATCH}/img.sqsh\""),
+])
+def test_image_expands_on_the_node(kind, image, expected):
+    text = render_jobscript(parse(ONE + f"runtime: {{kind: {kind}, image: '{image}'}}\n"))
+    assert expected in text
+    assert "for name in " in text and "which is not set on $(hostname)" in text
+
+
+def test_venv_binds_and_program_expand_and_unset_names_are_checked_first():
+    spec = parse("job: {nodes: 1}\nsite: {venv: $SCRATCH/venv}\n"
+                 "runtime: {kind: apptainer, image: i.sif, binds: ['$PROJECT/data', "
+                 "{source: '~/in', target: /in, read_only: true}], cache_dir: $SCRATCH/c}\n"
+                 "program: [python3, '$HOME/t.py', --out, '${SCRATCH}/o', '$$HOME']\n")
+    text = render_jobscript(spec)
+    assert "for name in HOME PROJECT SCRATCH; do\n" in text
+    assert text.index("for name in") < text.index('source "${SCRATCH}/venv/bin/activate"')
+    assert '--bind "${PROJECT}/data:${PROJECT}/data" ' in text.replace(" \\\n    ", " ")
+    assert '--bind "${HOME}/in:/in:ro"' in text
+    assert 'export APPTAINER_CACHEDIR="${SCRATCH}/c"' in text
+    assert '"${HOME}/t.py" --out "${SCRATCH}/o" \'$HOME\'' in text
+
+
+def test_no_expansion_leaves_goldens_alone():
+    text = render_jobscript(parse(ONE))
+    assert "for name in" not in text
+
+
+@pytest.mark.parametrize("text, expected", [
+    (ONE.replace("[x]", "[x, '${X:-y}']"),
+     "x.yaml: program[1]: only $NAME and ${NAME} are expanded (at run time, on the node); "
+     "${NAME:-...} and other operators are not: write the value, or '$$' for a literal '$', "
+     "got '${X:-y}'"),
+    (ONE + "runtime: {kind: apptainer, image: '${IMG:?}'}",
+     "x.yaml: runtime.image: only $NAME and ${NAME} are expanded"),
+    (ONE + "site: {venv_build: {requirements: '$SCRATCH/req.txt'}}",
+     "x.yaml: site.venv_build.requirements: is used literally: '$VAR' and '~' are not "
+     "expanded here; write the value itself (docs/spec-values.md lists the keys that expand "
+     "them), got '$SCRATCH/req.txt'"),
+    (ONE + "runtime: {kind: apptainer, image: i.sif, binds: [data/x]}",
+     "x.yaml: runtime.binds[0].source: source path must be absolute (or start with $VAR or "
+     "~, expanded on the node), got 'data/x'"),
+])
+def test_expansion_traps_are_one_line(text, expected):
+    assert error(text).startswith(expected)
+
+
+def test_venv_build_expands_venv_pip_options_and_nccl_home():
+    spec = parse("job: {nodes: 1}\nsite: {venv: $SCRATCH/v, venv_build: {pip_options: "
+                 "[--find-links, $SCRATCH/wheels], horovod: {nccl_home: $EBROOTNCCL}}}\n"
+                 "program: [x]\n")
+    text = render_venv_job(spec)
+    assert "for name in SCRATCH; do" in text
+    assert 'venv="${SCRATCH}/v"' in text and 'parent="${SCRATCH}"' in text
+    assert '--find-links "${SCRATCH}/wheels"' in text
+    assert '"HOROVOD_NCCL_HOME=${EBROOTNCCL}"' in text

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping
 
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
+from launcher.modes.common import command_argv, program_argv
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, setup_argv, \
     srun_argv
 from launcher.ray_node import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
@@ -48,7 +49,7 @@ class Ray(LaunchMode):
 
     def agent_argv(self, spec: JobSpec) -> List[Token]:
         launch = spec.launch
-        out: List[Token] = [*launch.command, word("--head=", RDZV_HOST, ":", RDZV_PORT)]
+        out: List[Token] = [*command_argv(spec), word("--head=", RDZV_HOST, ":", RDZV_PORT)]
         if spec.site.hostname_suffix:
             out.append(f"--suffix={spec.site.hostname_suffix}")
         out += [f"--procs-per-node={launch.procs_per_node}",
@@ -56,7 +57,7 @@ class Ray(LaunchMode):
         memory = launch.option("object_store_memory")
         if memory is not None:
             out.append(f"--object-store-memory={memory}")
-        return out + ["--", *spec.program]
+        return out + ["--", *program_argv(spec)]
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         no_requeue(spec, "Ray (the node agents and Ray's daemons)")
