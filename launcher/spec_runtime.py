@@ -115,6 +115,12 @@ def _apptainer_problem(image: str) -> Optional[str]:
     if _HASH_REF.match(image[scheme.end():] if scheme else image):
         return ("'#' separates the registry only for Enroot/pyxis; apptainer takes "
                 "docker://REGISTRY/IMAGE[:TAG], e.g. docker://nvcr.io/nvidia/pytorch:24.01")
+    slash = _REGISTRY_SLASH.match(image)
+    if not scheme and slash and not image.endswith((".sif", *_SQUASHFS)) \
+            and not image.startswith(("/", "./", "../", "$", "~")):
+        return (f"apptainer would read this registry reference as a file path; pull it on "
+                f"the login node (apptainer pull image.sif docker://{image}) and name the "
+                ".sif file")
     return None
 
 

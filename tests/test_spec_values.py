@@ -12,6 +12,8 @@ from launcher.spec import parse_spec
 from launcher.shell import expansion, quote
 from launcher.submitit import submitit_plan
 from launcher.venvjob import render_venv_job
+from launcher.cli import main
+from launcher.submit import submit_warnings
 
 pytestmark = pytest.mark.ring1
 
@@ -164,3 +166,72 @@ def test_venv_build_expands_venv_pip_options_and_nccl_home():
     assert 'venv="${SCRATCH}/v"' in text and 'parent="${SCRATCH}"' in text
     assert '--find-links "${SCRATCH}/wheels"' in text
     assert '"HOROVOD_NCCL_HOME=${EBROOTNCCL}"' in text
+
+
+@pytest.mark.parametrize("ref", ["nvcr.io/nvidia/pytorch:24.01", "localhost/img",
+                                 "u@registry.example:5000/img"])
+def test_apptainer_refuses_a_bare_registry_reference(ref):
+    message = error(ONE + f"runtime: {{kind: apptainer, image: '{ref}'}}\n")
+    assert message == (f"x.yaml: runtime.image: apptainer would read this registry reference "
+                       f"as a file path; pull it on the login node (apptainer pull image.sif "
+                       f"docker://{ref}) and name the .sif file, got {ref!r}")
+
+
+@pytest.mark.parametrize("ref", ["img.sif", "sub.dir/img.sif", "./x.io/img", "$S/x.io/i"])
+def test_apptainer_paths_that_look_like_hosts_are_paths(ref):
+    assert parse(ONE + f"runtime: {{kind: apptainer, image: '{ref}'}}\n").runtime.image == ref
+
+
+def cli_spec(tmp_path, runtime: str) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"job: {{nodes: 1, output: o.out}}\nruntime: {runtime}\nprogram: [x]\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("runtime, warns", [
+    ("{kind: apptainer, image: img.sif}", "runtime.image 'img.sif' does not exist here"),
+    ("{kind: apptainer, image: '$IMGS/img.sif'}",
+     "runtime.image '$IMGS/img.sif' does not exist here (/imgs/img.sif"),
+    ("{kind: enroot, image: '~/i.sqsh'}", "runtime.image '~/i.sqsh' does not exist here"),
+    ("{kind: apptainer, image: 'docker://nvcr.io/nvidia/pytorch:24.01'}",
+     "is pulled by every node at run time; compute nodes without internet"),
+    ("{kind: pyxis, image: 'nvcr.io#nvidia/pytorch:24.01'}", None),
+    ("{kind: apptainer, image: '$UNSET_HERE/img.sif'}", None),
+])
+def test_check_warns_about_the_image(tmp_path, monkeypatch, capsys, runtime, warns):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IMGS", "/imgs")
+    monkeypatch.delenv("UNSET_HERE", raising=False)
+    assert main(["check", cli_spec(tmp_path, runtime)]) == 0
+    err = capsys.readouterr().err
+    if warns is None:
+        assert err == ""
+    else:
+        assert warns in err and len(err.splitlines()) == 1
+
+
+def test_check_is_quiet_when_the_image_exists(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "img.sif").write_text("")
+    assert main(["check", cli_spec(tmp_path, "{kind: apptainer, image: img.sif}")]) == 0
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("where, warns", [("/tmp/x", True), ("/dev/shm", True),
+                                          ("/tmpfoo", False), ("/p/project", False)])
+def test_node_local_submit_directory(where, warns):
+    lines = submit_warnings(parse(ONE), {}, where, submitting=True)
+    assert bool(lines) == warns
+    if warns:
+        assert len(lines) == 1 and lines[0].startswith(f"warning: the submit directory {where} "
+                                                       "is node-local")
+
+
+def test_submit_says_so_in_one_line_and_still_submits(tmp_path, monkeypatch, capsys):
+    if not str(tmp_path.resolve()).startswith("/tmp/"):
+        pytest.skip("pytest's tmp_path is not under /tmp here")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("launcher.cli.sbatch", lambda s, e: "7")
+    assert main(["submit", cli_spec(tmp_path, "bare")]) == 0
+    out = capsys.readouterr()
+    assert out.out == "7\n" and out.err.count("\n") == 1 and "is node-local" in out.err
