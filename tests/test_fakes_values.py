@@ -61,3 +61,22 @@ def test_unset_name_stops_the_job_in_one_line(fakes):
     assert ("jsc-compose: the spec uses $NO_SUCH_DIR, which is not set on "
             in done.stderr) and "(it is expanded on the node at run time)" in done.stderr
     assert not fakes.records("python3") and not fakes.records("srun")
+
+
+def test_a_launcher_py_in_the_submit_directory_does_not_replace_the_ray_agent(tmp_path):
+    import subprocess
+    import sys
+    from launcher.modes.ray import AGENT
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "launcher.py").write_text("open('shadowed', 'w'); print('SHADOW')\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
+    run = lambda argv: subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env,  # noqa: E731
+                                      capture_output=True, text=True, timeout=60, check=False)
+    # The trap: -m puts the submit directory first on sys.path.
+    assert "SHADOW" in run(["python3", "-m", "launcher.ray_node", "--help"]).stdout
+    done = run([*AGENT, "--help"])
+    assert done.returncode == 0, done.stderr
+    assert "SHADOW" not in done.stdout and "--head" in done.stdout
+    (tmp_path / "shadowed").unlink(missing_ok=True)
+    run([*AGENT, "--help"])
+    assert not (tmp_path / "shadowed").exists()

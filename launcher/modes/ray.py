@@ -24,7 +24,13 @@ from launcher.runtimes import ContainerRuntime
 from launcher.shell import Token, Values, resolve, word
 from launcher.yamlread import Reader
 
-AGENT = ("python3", "-m", "launcher.ray_node")
+# `python3 -m launcher.ray_node` would put the current directory (the user's submit
+# directory) first on sys.path, so a user's launcher.py there would run instead of the kit.
+# python3 -c does the same with '': this drops it before importing (any Python 3; -P and
+# PYTHONSAFEPATH only exist from 3.11), then runs the module as -m would.
+RUN_MODULE = ("import runpy, sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+              "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+AGENT = ("python3", "-c", RUN_MODULE, "launcher.ray_node")
 
 
 class Ray(LaunchMode):
@@ -68,7 +74,9 @@ class Ray(LaunchMode):
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node
-        return (f"one Ray node agent per node ({' '.join(spec.launch.command)}), head on the "
+        agent = "python3 -m launcher.ray_node, the submit directory off sys.path" \
+            if spec.launch.command == AGENT else " ".join(spec.launch.command)
+        return (f"one Ray node agent per node ({agent}), head on the "
                 f"first node;\n# the program is the Ray driver ({n} slot{'s' if n != 1 else ''} "
                 "per node), run once there after every node joined;\n# Ray stops on every "
                 "node when the job ends")
