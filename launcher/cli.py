@@ -23,7 +23,8 @@ from launcher.placement import placement_warnings
 from launcher.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError
 from launcher.spec import load_spec
-from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, write_script
+from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, \
+    submit_warnings, write_script
 from launcher.venvjob import default_requirements, default_script, render_venv_job
 
 
@@ -181,6 +182,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "check":
         text = render_jobscript(spec)  # rendering can reject combinations, so check renders
         notes = "".join(f"; {note}" for note in check_log_dirs(spec))
+        _warn(submit_warnings(spec, os.environ, os.getcwd()))
         found = f", image label {_check_image(spec)}" if args.image else ""
         nodes = f"{spec.job.nodes} node{'s' if spec.job.nodes != 1 else ''}"
         print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
@@ -206,9 +208,15 @@ def _run(args: argparse.Namespace) -> int:
         if not _sets_logs(args.sbatch_args):
             check_log_dirs(spec)
         script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
+        _warn(submit_warnings(spec, os.environ, os.getcwd(), submitting=True))
         write_script(text, script)
         print(sbatch(script, args.sbatch_args))
     return 0
+
+
+def _warn(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:

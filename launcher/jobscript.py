@@ -20,8 +20,8 @@ from launcher.modes.common import DEFAULT_PORT_BASE
 from launcher import requeue_script
 from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Assign, PathExport, Raw, Statement, Var, join, render_statement, \
-    sbatch_quote, word
+from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
+    expansion_names, join, render_statement, require_vars, sbatch_quote, word
 from launcher.model import JobSpec
 from launcher.venvjob import MODULES_FILE, check_lines
 
@@ -61,11 +61,23 @@ def _header(spec: JobSpec, version: str) -> List[str]:
     ]
 
 
+def expanded_names(spec: JobSpec) -> List[str]:
+    """Every variable the spec's values expand at run time (docs/spec-values.md), sorted."""
+    rt = spec.runtime
+    values = [*spec.program, rt.image or "", rt.cache_dir or "", spec.site.venv or ""]
+    values += [path for b in rt.binds for path in (b.source, b.target)]
+    return sorted({name for value in values for name in expansion_names(value)})
+
+
 def site_lines(spec: JobSpec) -> List[Statement]:
     site = spec.site
     suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
         if site.hostname_suffix else ""
     out: List[Statement] = [Raw(f"# Site profile {site.profile}{suffix}.")]
+    names = expanded_names(spec)
+    if names:
+        out += [Raw("# The spec's $VARs and ~, expanded below: stop here if one is unset."),
+                require_vars(names)]
     if site.venv:
         out += [Raw(f"# Built with `jsc-compose venv`? Then warn if its modules ({MODULES_FILE}) "
                     "differ.")] + check_lines(site)
@@ -75,7 +87,8 @@ def site_lines(spec: JobSpec) -> List[Statement]:
             out.append(Raw(join(["module", "load", *site.modules])))
         if site.venv:
             out += [Raw("# shellcheck source=/dev/null"),
-                    Raw(join(["source", posixpath.join(site.venv, "bin", "activate")]))]
+                    Raw(join(["source", expansion(posixpath.join(site.venv, "bin",
+                                                                 "activate"))]))]
         out.append(Raw("set -u"))
     if site.socket_ifname:
         # NCCL matches a plain name as a prefix (ib0 would also take ib01): `=NAME` is exact.

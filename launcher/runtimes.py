@@ -13,7 +13,8 @@ from typing import Dict, List, Optional, Sequence, Type, Union
 from launcher import enroot
 from launcher.requeue import MARKER_ENV, SIGNAL_ENV
 from launcher.torchrun_jsc.forward import ENV as FORWARD_ENV
-from launcher.shell import Assign, Raw, Statement, Token, Var, word
+from launcher.shell import Assign, Raw, Statement, Token, Var, anchored, expansion, \
+    expansion_parts, literal_or_word, word
 from launcher.model import Bind, JobSpec, Runtime
 
 PWD = Var("PWD")
@@ -67,7 +68,8 @@ class Apptainer(ContainerRuntime):
     def batch_lines(self) -> List[Statement]:
         cache = self.config.cache_dir
         out = self.cwd_guard(":,", "it contains ':' or ','")
-        return out + ([] if cache is None else [Assign("APPTAINER_CACHEDIR", cache, export=True)])
+        return out + ([] if cache is None else
+                      [Assign("APPTAINER_CACHEDIR", expansion(cache), export=True)])
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         nv = self.config.nv if self.config.nv is not None else self.spec.job.gpus_per_node > 0
@@ -79,7 +81,7 @@ class Apptainer(ContainerRuntime):
         if self.config.bind_cwd:
             out += ["--bind", PWD]
         assert self.config.image is not None  # the spec loader requires it
-        return out + [self.config.image, *argv]
+        return out + [expansion(self.config.image), *argv]
 
 
 class Enroot(ContainerRuntime):
@@ -160,15 +162,17 @@ class Pyxis(ContainerRuntime):
         assert image is not None  # the spec loader requires it
         # pyxis resolves a relative squashfs path against the step's directory, which need
         # not be ours: anchor it to the submit directory explicitly.
-        local = image.endswith((".sqsh", ".squashfs")) and not image.startswith("/")
-        out: List[Token] = [word("--container-image=", PWD, "/", image) if local
-                            else f"--container-image={image}"]
-        mounts = [_bind_text(b, "ro") for b in self.config.binds]
+        local = image.endswith((".sqsh", ".squashfs")) and not anchored(image)
+        out: List[Token] = [literal_or_word("--container-image=", PWD, "/", *expansion_parts(image))
+                            if local else literal_or_word("--container-image=", *expansion_parts(image))]
+        mounts = [_bind_parts(b, "ro") for b in self.config.binds]
         if mounts or self.config.bind_cwd:
-            parts: List[Union[str, Var]] = ["--container-mounts=", ",".join(mounts)]
+            parts: List[Union[str, Var]] = ["--container-mounts="]
+            for i, mount in enumerate(mounts):
+                parts += ([","] if i else []) + mount
             if self.config.bind_cwd:
                 parts += ["," if mounts else "", PWD, ":", PWD]
-            out.append(word(*parts))
+            out.append(literal_or_word(*parts))
         out.append(word("--container-workdir=", PWD))
         if _local_squashfs(image) is not None:
             out.append(word("--container-name=", Var("enroot_name")))
@@ -185,14 +189,18 @@ def _stamped_name(name: Optional[str], image: Optional[str]) -> List[Statement]:
     """enroot_name=NAME-SIZE-MTIME: a rebuilt image gets a fresh container, an unchanged one
     is reused by later jobs (both pyxis and Enroot keep named containers across jobs)."""
     assert image is not None  # the spec loader requires it
-    return [Assign("enroot_image", image),
+    return [Assign("enroot_image", expansion(image)),
             Raw('enroot_stamp="$(stat -L -c %s-%Y -- "$enroot_image")"'),
             Assign("enroot_name", word(name or _stem(image), "-", Var("enroot_stamp")))]
 
 
-def _bind_text(bind: Bind, ro_flag: str) -> str:
-    text = f"{bind.source}:{bind.target}"
-    return f"{text}:{ro_flag}" if bind.read_only else text
+def _bind_parts(bind: Bind, ro_flag: str) -> List[Union[str, Var]]:
+    parts = [*expansion_parts(bind.source), ":", *expansion_parts(bind.target)]
+    return parts + [f":{ro_flag}"] if bind.read_only else parts
+
+
+def _bind_text(bind: Bind, ro_flag: str) -> Token:
+    return literal_or_word(*_bind_parts(bind, ro_flag))
 
 
 def _stem(image: str) -> str:

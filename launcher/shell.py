@@ -105,6 +105,65 @@ def word(*parts: Union[str, Var]) -> Word:
     return Word(tuple(merged))
 
 
+# What a spec value may expand at run time: $NAME, ${NAME}, and $$ for a literal '$'.
+_EXPANSION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def expansion_parts(text: str) -> list[Union[str, Var]]:
+    """A spec value that may use the job's environment, as Word parts: ``$NAME`` and
+    ``${NAME}`` become variables, ``$$`` a literal '$', a leading ``~/`` ``$HOME/``; everything
+    else (every other '$', a lone ``~``) stays literal text."""
+    parts: list[Union[str, Var]] = []
+    if text.startswith("~/"):
+        parts.append(Var("HOME"))
+        text = text[1:]
+    pos = 0
+    for m in _EXPANSION.finditer(text):
+        parts.append(text[pos:m.start()])
+        parts.append("$" if m[0] == "$$" else Var(m[1] or m[2]))
+        pos = m.end()
+    parts.append(text[pos:])
+    return list(word(*parts).parts)
+
+
+def expansion(text: str) -> Token:
+    """The token for a spec value that may use the job's environment (see expansion_parts):
+    the plain literal when it names no variable, so such values render as before."""
+    return literal_or_word(*expansion_parts(text))
+
+
+def literal_or_word(*parts: Union[str, Var]) -> Token:
+    """A Word when a part is a variable, else the plain literal (quoted as any literal)."""
+    merged = word(*parts)
+    if all(isinstance(p, str) for p in merged.parts):
+        return "".join(str(p) for p in merged.parts)
+    return merged
+
+
+def expansion_names(text: str) -> list[str]:
+    """The variables a spec value expands, in order."""
+    return [p.name for p in expansion_parts(text) if isinstance(p, Var)]
+
+
+def anchored(path: str) -> bool:
+    """Absolute, or starting with a variable or ~ (absolute once expanded, as $SCRATCH,
+    $PROJECT and $HOME are)."""
+    first = expansion_parts(path)[:1]
+    return bool(first) and (isinstance(first[0], Var) or first[0].startswith("/"))
+
+
+def require_vars(names: Sequence[str]) -> Raw:
+    """Stop the script with one clear line when a variable the spec expands is unset here
+    (under ``set -u`` bash would only say 'NAME: unbound variable' at the first use)."""
+    for name in names:
+        Var(name)  # validates: only names reach this line
+    return Raw(f"for name in {' '.join(names)}; do\n"
+               '    if [ -z "${!name+set}" ]; then echo "jsc-compose: the spec uses \\$$name, '
+               'which is not set on $(hostname) (it is expanded on the node at run time)" >&2; '
+               "exit 1; fi\n"
+               "done")
+
+
 def _dq_escape(text: str) -> str:
     # Inside double quotes only these four characters are special to bash.
     return re.sub(r'([\\"$`])', r"\\\1", text)

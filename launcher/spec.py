@@ -19,6 +19,7 @@ from launcher.spec_preflight import load_preflight
 from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.spec_site import check_site_env, load_site
+from launcher.spec_values import expandable
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
@@ -47,7 +48,8 @@ def parse_spec(text: str, file: str) -> JobSpec:
     top = r.mapping("", data if data is not None else {}, _TOP, required=("job", "program"))
     job = _load_job(r, top["job"], Path(file).stem)
     launch = _load_launch(r, top.get("launch", {}), job)
-    program = r.strings("program", top["program"], empty=True)  # "" is a valid argument
+    program = tuple(expandable(r, f"program[{i}]", arg) for i, arg in
+                    enumerate(r.strings("program", top["program"], empty=True)))  # "" is valid
     if not program or not program[0]:
         raise r.fail("program", "must name a command, e.g. [python3, train.py]",
                      list(program))
@@ -75,7 +77,8 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         _no_dollar(r, f"job.{key}", m.get(key))
     time = s("time")
     if time is not None and not _TIME.match(time):
-        raise r.fail("job.time", "must be a Slurm time like 30, 00:30:00 or 1-12:00:00", m["time"])
+        raise r.fail("job.time", "must be a Slurm time: minutes (90), M:S, H:M:S (24:00:00), "
+                     "D-H, D-H:M or D-H:M:S (1-12:00:00)", m["time"])
     cpus = m.get("cpus_per_task")
     node_output = m.get("node_output", Job.node_output)
     name = s("name") or default_name
@@ -174,10 +177,12 @@ def _command(r: Reader, value: Any) -> Tuple[str, ...]:
     # quoted word ('torchrun --foo': command not found), so it is refused.
     if isinstance(value, list):
         argv = r.strings("launch.command", value, newline=False)
+        for i, item in enumerate(argv):
+            expandable(r, f"launch.command[{i}]", item)
         if not argv:
             raise r.fail("launch.command", "must name the launcher, e.g. torchrun_jsc", [])
         return argv
-    text = r.string("launch.command", value, newline=False)
+    text = expandable(r, "launch.command", r.string("launch.command", value, newline=False))
     if any(c.isspace() for c in text):
         raise r.fail("launch.command", "must be one word or a list of words (argv), e.g. "
                      "[torchrun, --log-dir=logs]", text)

@@ -35,6 +35,16 @@ def time_seconds(text: str) -> int:
     return days * 86400 + (a or 0) * 3600 + (b or 0) * 60 + (c or 0)
 
 
+def _before(r: Reader, value: Any) -> int:
+    """Seconds, or a Slurm time such as 5:00 (M:S) or 1:00:00 (H:M:S) turned into seconds."""
+    if isinstance(value, str):
+        if not _TIME.match(value):
+            raise r.fail("job.requeue.before", "must be seconds (e.g. 300) or a Slurm time "
+                         "such as 5:00 or 1:00:00", value)
+        value = time_seconds(value)
+    return r.integer("job.requeue.before", value, 1, 65535)
+
+
 def load_requeue(r: Reader, value: Any, time: Optional[str],
                  sbatch: Tuple[Tuple[str, Optional[str]], ...]) -> Optional[Requeue]:
     """Validate job.requeue against job.time and job.sbatch (None when absent or false)."""
@@ -49,9 +59,7 @@ def load_requeue(r: Reader, value: Any, time: Optional[str],
     else:
         raise r.fail("job.requeue.signal", "must be USR2 or USR1 (USR2 is the default; NCCL "
                      "uses USR1; TERM is Slurm's and torchrun's own stop signal)", signal)
-    out = Requeue(signal=signal,
-                  before=r.integer("job.requeue.before", m.get("before", Requeue.before),
-                                   1, 65535),
+    out = Requeue(signal=signal, before=_before(r, m.get("before", Requeue.before)),
                   max=r.integer("job.requeue.max", m.get("max", Requeue.max), 0, 1000))
     if time is None:
         raise r.fail("job.requeue", "needs job.time: the signal is sent job.requeue.before "

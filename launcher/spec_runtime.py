@@ -12,6 +12,7 @@ from typing import Any, Optional, Tuple, cast
 
 from launcher.enroot import placeholder_problem
 from launcher.model import RUNTIME_KINDS, Bind, Runtime, RuntimeKind
+from launcher.spec_values import anchored, expandable, literal
 from launcher.yamlread import Reader
 
 _RUNTIME = {
@@ -43,9 +44,11 @@ def _load_binds(r: Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
         m = r.mapping(path, item, ("source", "target", "read_only"), required=("source",))
         ends = {}
         for end in ("source", "target"):
-            text = r.string(f"{path}.{end}", m.get(end, m["source"]))
-            if not text.startswith("/"):
-                raise r.fail(f"{path}.{end}", f"{end} path must be absolute", text)
+            text = expandable(r, f"{path}.{end}", r.string(f"{path}.{end}",
+                                                             m.get(end, m["source"])))
+            if not anchored(text):
+                raise r.fail(f"{path}.{end}", f"{end} path must be absolute (or start with "
+                             "$VAR or ~, expanded on the node)", text)
             bad = ":," if kind == "apptainer" else ":, \t\n\r"
             if any(c in text for c in bad):
                 raise r.fail(f"{path}.{end}", f"{kind} cannot express a path containing "
@@ -78,7 +81,7 @@ def load_runtime(r: Reader, value: Any) -> Runtime:
         binds=_load_binds(r, m.get("binds", []), kind),
         bind_cwd=r.boolean("runtime.bind_cwd", m.get("bind_cwd", True)),
         nv=None if nv == "auto" else r.boolean("runtime.nv", nv),
-        cache_dir=r.opt_string("runtime.cache_dir", m.get("cache_dir"), newline=False),
+        cache_dir=_cache_dir(r, m.get("cache_dir")),
         container_name=None if name is None else r.matching(
             "runtime.container_name", name, _CONTAINER_NAME, "letters, digits, '_', '.' or '-'"),
         data_path=data_path,
@@ -87,9 +90,15 @@ def load_runtime(r: Reader, value: Any) -> Runtime:
     )
 
 
+def _cache_dir(r: Reader, value: Any) -> Optional[str]:
+    text = r.opt_string("runtime.cache_dir", value, newline=False)
+    return None if text is None else expandable(r, "runtime.cache_dir", text)
+
+
 def _image(r: Reader, kind: str, value: Any) -> Optional[str]:
     image = r.opt_string("runtime.image", value, newline=False)
     if image is not None:
+        expandable(r, "runtime.image", image)
         problem = {"apptainer": _apptainer_problem, "enroot": _enroot_problem,
                    "pyxis": _pyxis_problem}[kind](image)
         if problem:
@@ -106,6 +115,12 @@ def _apptainer_problem(image: str) -> Optional[str]:
     if _HASH_REF.match(image[scheme.end():] if scheme else image):
         return ("'#' separates the registry only for Enroot/pyxis; apptainer takes "
                 "docker://REGISTRY/IMAGE[:TAG], e.g. docker://nvcr.io/nvidia/pytorch:24.01")
+    slash = _REGISTRY_SLASH.match(image)
+    if not scheme and slash and not image.endswith((".sif", *_SQUASHFS)) \
+            and not image.startswith(("/", "./", "../", "$", "~")):
+        return (f"apptainer would read this registry reference as a file path; pull it on "
+                f"the login node (apptainer pull image.sif docker://{image}) and name the "
+                ".sif file")
     return None
 
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from launcher.model import SITE_PROFILES, Env, Horovod, Site, VenvBuild
 from launcher.spec_env import load_values
+from launcher.spec_values import anchored, expandable, literal
 from launcher.yamlread import Reader
 
 _SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "venv", "env", "venv_build")
@@ -48,6 +49,8 @@ def load_site(r: Reader, value: Any) -> Site:
 
 def _venv(r: Reader, value: Any) -> Optional[str]:
     text = r.opt_string("site.venv", value, newline=False)
+    if text is not None:
+        expandable(r, "site.venv", text)
     if text is not None and posixpath.basename(posixpath.normpath(text)) in ("", ".", ".."):
         raise r.fail("site.venv", "must name the venv directory itself, e.g. .venv", text)
     return text
@@ -56,21 +59,26 @@ def _venv(r: Reader, value: Any) -> Optional[str]:
 def _venv_build(r: Reader, value: Any) -> VenvBuild:
     m = r.mapping("site.venv_build", value, _BUILD)
     horovod = m.get("horovod")
+    literal(r, "site.venv_build.requirements", m.get("requirements"))
+    options = r.strings("site.venv_build.pip_options", m.get("pip_options", []), newline=False)
+    for i, option in enumerate(options):
+        expandable(r, f"site.venv_build.pip_options[{i}]", option)
     return VenvBuild(
         requirements=r.opt_string("site.venv_build.requirements", m.get("requirements"),
                                   newline=False),
-        pip_options=r.strings("site.venv_build.pip_options", m.get("pip_options", []),
-                              newline=False),
+        pip_options=options,
         horovod=None if horovod is None else _horovod(r, horovod),
     )
 
 
 def _horovod(r: Reader, value: Any) -> Horovod:
     m = r.mapping("site.venv_build.horovod", value, _HOROVOD, required=("nccl_home",))
-    home = r.string("site.venv_build.horovod.nccl_home", m["nccl_home"], newline=False)
-    if not home.startswith("/"):
-        raise r.fail("site.venv_build.horovod.nccl_home", "must be an absolute path (the "
-                     "site's NCCL, e.g. $EBROOTNCCL written out)", home)
+    home = expandable(r, "site.venv_build.horovod.nccl_home",
+                      r.string("site.venv_build.horovod.nccl_home", m["nccl_home"],
+                               newline=False))
+    if not anchored(home):
+        raise r.fail("site.venv_build.horovod.nccl_home", "must be an absolute path or start "
+                     "with a variable (the site's NCCL, e.g. $EBROOTNCCL)", home)
     return Horovod(nccl_home=home, package=r.string("site.venv_build.horovod.package",
                                                     m.get("package", Horovod.package),
                                                     newline=False))

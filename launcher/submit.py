@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from launcher.model import JobSpec, SpecError
+from launcher.shell import Var, expansion_parts
 
 
 class SubmitError(Exception):
@@ -57,6 +59,48 @@ def check_log_dirs(spec: JobSpec, cwd: str = ".") -> List[str]:
                             f"(relative to {os.path.abspath(base)}, where the job starts); "
                             "create it first: Slurm would fail the job without any log", value)
     return notes
+
+
+NODE_LOCAL = ("/tmp", "/dev/shm", "/var/tmp")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*://")
+
+
+def local_image_path(image: str, env: Mapping[str, str], cwd: str) -> Optional[str]:
+    """Where a runtime.image file is on this machine ($NAME, ${NAME} and ~/ expanded from
+    env, relative to cwd), or None for a registry reference or a name that env lacks."""
+    if _SCHEME.match(image) or "#" in image:
+        return None
+    for part in expansion_parts(image):
+        if isinstance(part, Var) and part.name not in env:
+            return None
+    text = "".join(p if isinstance(p, str) else env[p.name] for p in expansion_parts(image))
+    return os.path.normpath(os.path.join(cwd, text))
+
+
+def submit_warnings(spec: JobSpec, env: Mapping[str, str], cwd: str,
+                    submitting: bool = False) -> List[str]:
+    """Lines for stderr: an image file missing where the spec says, a node-local submit
+    directory (the compute nodes cannot see it: the job would die without a log)."""
+    out = []
+    image = spec.runtime.image
+    path = None if image is None or spec.runtime.kind == "bare" else \
+        local_image_path(image, env, cwd)
+    looks_local = image is not None and (spec.runtime.kind != "pyxis" or
+                                         image.endswith((".sqsh", ".squashfs")))
+    if path is not None and looks_local and not os.path.exists(path):
+        out.append(f"{spec.source}: warning: runtime.image {image!r} does not exist here "
+                   f"({path}, relative to the submit directory {cwd}); build or copy it first")
+    if image is not None and spec.runtime.kind == "apptainer" and _SCHEME.match(image) \
+            and not image.startswith(("http://", "https://")):
+        out.append(f"{spec.source}: warning: runtime.image {image!r} is pulled by every node at "
+                   "run time; compute nodes without internet (JSC's) fail: pull it on the "
+                   "login node (apptainer pull image.sif IMAGE) and name the .sif file")
+    real = os.path.realpath(cwd)
+    if submitting and any(real == d or real.startswith(d + "/") for d in NODE_LOCAL):
+        out.append(f"warning: the submit directory {real} is node-local ({real.split('/')[1]} "
+                   "on the login node): compute nodes cannot see it, so the job would fail "
+                   "without a log; submit from $HOME, $PROJECT or $SCRATCH")
+    return out
 
 
 def sbatch(script: str, extra: Sequence[str] = (), timeout: float = 60.0) -> str:

@@ -135,7 +135,8 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
         if bad:
             raise ValueError(f"{kind} cannot bind the submitit folder {root!r} (it contains "
                              f"{' or '.join(bad)}): choose a folder without them")
-        binds = spec.runtime.binds + (Bind(root, root),)
+        literal = root.replace("$", "$$")  # bind paths expand $NAME; this one is literal
+        binds = spec.runtime.binds + (Bind(literal, literal),)
         env = dataclasses.replace(spec.env, passthrough=spec.env.passthrough + _SUBMITIT_NAMES)
         spec = dataclasses.replace(
             spec, env=env, runtime=dataclasses.replace(spec.runtime, binds=binds))

@@ -22,8 +22,9 @@ from typing import List, Optional, Sequence
 
 from launcher import __version__
 from launcher.model import JobSpec, Site, SpecError
-from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, join, \
-    render_statement, sbatch_quote, word
+from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, expansion, \
+    expansion_names, expansion_parts, join, literal_or_word, render_statement, require_vars, \
+    sbatch_quote, word
 
 MODULES_FILE = ".jsc-modules"
 PROXIES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -44,7 +45,7 @@ def check_lines(site: Site) -> List[Statement]:
         return []
     record = posixpath.join(site.venv, MODULES_FILE)
     return [
-        Assign("venv_record", record), Assign("venv_modules", "\n".join(site.modules)),
+        Assign("venv_record", expansion(record)), Assign("venv_modules", "\n".join(site.modules)),
         Raw('if [ -f "$venv_record" ] && [ "$(cat -- "$venv_record")" != "$venv_modules" ]; '
             'then\n'
             '    built="$(cat -- "$venv_record")"\n'
@@ -78,9 +79,11 @@ def _comment(text: str) -> str:
 
 def _prepare(venv: str, requirements: str, modules: Sequence[str]) -> List[Statement]:
     parent, base = posixpath.split(posixpath.normpath(venv))
-    return [
-        Assign("venv", posixpath.normpath(venv)), Assign("builds", f"{base}.builds"),
-        Assign("parent", parent or "."), Assign("requirements", requirements),
+    names = sorted(set(expansion_names(venv)))
+    return [require_vars(names)] * bool(names) + [
+        Assign("venv", expansion(posixpath.normpath(venv))),
+        Assign("builds", expansion(f"{base}.builds")),
+        Assign("parent", expansion(parent or ".")), Assign("requirements", requirements),
         Assign("modules", "\n".join(modules)),
         Raw('if [ -e "$venv" ] && [ ! -L "$venv" ]; then\n'
             '    echo "venv build: $venv is a directory, not a build of jsc-compose venv: '
@@ -106,12 +109,14 @@ def _modules(modules: Sequence[str]) -> List[Statement]:
 
 
 def _install(spec: JobSpec, pip_options: Sequence[str]) -> List[Statement]:
-    pip: List[Token] = [word(Var("build"), "/bin/python"), "-m", "pip", "install", *pip_options]
+    pip: List[Token] = [word(Var("build"), "/bin/python"), "-m", "pip", "install",
+                        *(expansion(o) for o in pip_options)]
     out: List[Statement] = [Raw(join(["python3", "-m", "venv", Var("build")])),
                             Raw(join([*pip, "-r", Var("requirements")]))]
     horovod = spec.site.venv_build.horovod
     if horovod:
-        out.append(Raw(join(["env", f"HOROVOD_NCCL_HOME={horovod.nccl_home}", *_HOROVOD_ENV,
+        home = literal_or_word("HOROVOD_NCCL_HOME=", *expansion_parts(horovod.nccl_home))
+        out.append(Raw(join(["env", home, *_HOROVOD_ENV,
                              *pip, "--no-cache-dir", "--no-build-isolation", horovod.package])))
     return out
 

@@ -1,5 +1,11 @@
 """Reading YAML for the spec loader: no duplicate keys, and typed accessors that raise
-SpecError with the YAML path of the offending value."""
+SpecError with the YAML path of the offending value.
+
+Plain scalars are read the YAML 1.2 way where YAML 1.1 surprises: ``24:00:00`` is the text
+24:00:00, not the base-60 integer 86400 (PyYAML's safe loader follows 1.1), and a date stays
+text. Numbers keep the text the user wrote (``0.001``, ``1e-3``, ``010``) so that a string
+field, such as a program argument, gets exactly that text.
+"""
 
 from __future__ import annotations
 
@@ -37,9 +43,12 @@ class Reader:
         return value
 
     def string(self, path: str, value: Any, *, empty: bool = False, newline: bool = True) -> str:
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
+        if isinstance(value, bool) or value is None:
+            raise self.fail(path, "must be a string; quote it to keep the word as written "
+                            "(YAML reads true/false/yes/no/on/off and null/~ unquoted)", value)
+        if not isinstance(value, (str, int, float)):
             raise self.fail(path, "must be a string", value)
-        text = str(value)
+        text = value if isinstance(value, str) else getattr(value, "source", str(value))
         if not empty and text == "":
             raise self.fail(path, "must not be empty", value)
         if not newline and ("\n" in text or "\r" in text):
@@ -82,8 +91,49 @@ def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+class SourceInt(int):
+    """An integer that remembers how it was written (``010``, ``0x1f``, ``1_000``)."""
+
+    source: str
+
+
+class SourceFloat(float):
+    """A float that remembers how it was written (``0.001``, ``1.0``, ``.5``)."""
+
+    source: str
+
+
+def _number(kind: type, base: Any) -> Any:
+    def construct(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+        out = kind(base(loader, node))
+        out.source = node.value
+        return out
+    return construct
+
+
+# YAML 1.1's int and float without the base-60 forms (1:30 -> 90); no timestamp resolver.
+_INT = re.compile(r"[-+]?0b[0-1_]+\Z|[-+]?0[0-7_]+\Z|[-+]?(?:0|[1-9][0-9_]*)\Z"
+                  r"|[-+]?0x[0-9a-fA-F_]+\Z")
+_FLOAT = re.compile(r"[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?\Z"
+                    r"|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?\Z|[-+]?\.(?:inf|Inf|INF)\Z"
+                    r"|\.(?:nan|NaN|NAN)\Z")
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                "tag:yaml.org,2002:timestamp")
+
+
 class DuplicateKeyLoader(yaml.SafeLoader):
-    pass
+    yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in _NUMBER_TAGS]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+DuplicateKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
+DuplicateKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT,
+                                         list("-+0123456789."))
+DuplicateKeyLoader.add_constructor(
+    "tag:yaml.org,2002:int", _number(SourceInt, yaml.SafeLoader.construct_yaml_int))
+DuplicateKeyLoader.add_constructor(
+    "tag:yaml.org,2002:float", _number(SourceFloat, yaml.SafeLoader.construct_yaml_float))
 
 
 def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:

@@ -20,7 +20,7 @@ BAD_SPECS = {
     "wrong_type": ("job: {nodes: '2x'}\nprogram: [p]\n", "job.nodes: must be an integer, got '2x'"),
     "relative_bind": ("job: {nodes: 1}\nprogram: [p]\n"
                       "runtime: {kind: apptainer, image: i.sif, binds: [{source: data}]}\n",
-                      "runtime.binds[0].source: source path must be absolute, got 'data'"),
+                      "runtime.binds[0].source: source path must be absolute (or start with $VAR or ~, expanded on the node), got 'data'"),
     "empty_bind": ("job: {nodes: 1}\nprogram: [p]\n"
                    "runtime: {kind: apptainer, image: i.sif, binds: [{source: ''}]}\n",
                    "runtime.binds[0].source: must not be empty, got ''"),

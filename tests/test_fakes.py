@@ -92,7 +92,9 @@ def hostile_spec(runtime: dict) -> str:
         "env": {"set": {"HOSTILE": HOSTILE_NL.replace("$", "$$"), "PLAIN": "x"},
                 "pass": ["NCCL_*"]},
         "runtime": runtime,
-        "program": ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~"],
+        # The same in program and bind paths, where $NAME would be expanded on the node.
+        "program": ["python3", *(a.replace("$", "$$") for a in (HOSTILE_NL, f"--flag={HOSTILE}")),
+                    "", "*", "~"],
     }, allow_unicode=True)
 
 
@@ -100,7 +102,7 @@ def test_hostile_values_arrive_byte_identical_apptainer(fakes):
     bind_src = f"/data/{HOSTILE.replace(':', '').replace(',', '')}"
     (fakes.dir / "my image.sif").write_text("")
     text = hostile_spec({"kind": "apptainer", "image": "my image.sif", "binds": [
-        {"source": bind_src, "target": "/in side", "read_only": True}]})
+        {"source": bind_src.replace("$", "$$"), "target": "/in side", "read_only": True}]})
     script = fakes.render(text)
     # Through the real CLI and a fake sbatch that reads #SBATCH lines like sbatch does.
     (fakes.dir / "t.yaml").write_text(text, encoding="utf-8")

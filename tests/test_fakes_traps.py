@@ -21,7 +21,7 @@ def fakes(tmp_path: Path) -> Cluster:
 
 
 def spec(**sections: object) -> str:
-    data = {"job": {"nodes": 2}, "program": ["python3", HOSTILE_NL]}
+    data = {"job": {"nodes": 2}, "program": ["python3", HOSTILE_NL.replace("$", "$$")]}
     data.update(sections)
     return yaml.safe_dump(data, allow_unicode=True)
 
@@ -52,7 +52,8 @@ def test_env_prepend_append_keep_the_run_time_value_and_hostile_entries(fakes):
 
 
 def test_command_as_argv_reaches_each_node(fakes):
-    script = fakes.render(spec(launch={"command": ["torchrun_jsc", f"--log-dir={HOSTILE}"]}))
+    script = fakes.render(spec(launch={"command": ["torchrun_jsc",
+                                                   f"--log-dir={HOSTILE}".replace("$", "$$")]}))
     done = fakes.run(script)
     assert done.returncode == 0, done.stderr
     runs = fakes.records("torchrun_jsc")

@@ -33,7 +33,7 @@ PROGRAM = ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~", "--local_ra
 def spec_text(mode: str, runtime: dict, **launch: object) -> str:
     return yaml.safe_dump({"job": {"nodes": 2}, "site": "jsc", "runtime": runtime,
                            "launch": {"mode": mode, "procs_per_node": 2, **launch},
-                           "program": PROGRAM}, allow_unicode=True)
+                           "program": [a.replace("$", "$$") for a in PROGRAM]}, allow_unicode=True)
 
 
 def error(text: str) -> str:

@@ -7,6 +7,7 @@ The real thing (Ray on 2 nodes, bare and Apptainer, failures, scancel) is tests/
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from launcher import procs, ray_node
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import plan_launch
+from launcher.modes.ray import RUN_MODULE
 from launcher.preview import render_preview
 from launcher.spec import parse_spec
 from launcher.shell import join
@@ -40,7 +42,7 @@ def test_launch_line_bare():
     _, plan = plan_launch(spec("procs_per_node: 2, object_store_memory: 100000000"))
     assert join(plan.launch, width=10000) == (
         'srun --kill-on-bad-exit=1 "--nodes=${nnodes}" --ntasks-per-node=1 '
-        "--output=logs/%x-%j.node%n.out python3 -m launcher.ray_node "
+        f"--output=logs/%x-%j.node%n.out python3 -c {shlex.quote(RUN_MODULE)} launcher.ray_node "
         '"--head=${rdzv_host}:${rdzv_port}" --suffix=i --procs-per-node=2 --join-timeout=120 '
         "--object-store-memory=100000000 -- python3 -u d.py 'a b' '$(x)'")
     assert plan.tasks_per_node == 1 and plan.rendezvous and not plan.master_env
@@ -66,8 +68,8 @@ def test_generic_site_has_no_suffix_and_preview_names_roles():
     assert not any(str(t).startswith("--suffix") for t in plan.task)
     text = render_preview(spec("procs_per_node: 2"), "jwb[0001-0002]", job_id=7)
     assert "rendezvous endpoint jwb0001i:29507" in text
-    assert "per node (Ray head, then the driver once all nodes joined): python3 -m " \
-        "launcher.ray_node --head=jwb0001i:29507" in text
+    assert "per node (Ray head, then the driver once all nodes joined): python3 -c " in text
+    assert " launcher.ray_node --head=jwb0001i:29507" in text
     assert "per node (Ray worker, joins the head):" in text
 
 
@@ -279,14 +281,15 @@ def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
         site: jsc
         runtime: {{kind: apptainer, image: r.sif}}
         launch: {{mode: ray, procs_per_node: 2}}
-        program: {json.dumps(["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"])}
+        program: {json.dumps(["python3", *(a.replace("$", "$$") for a in (HOSTILE_NL, f"--flag={HOSTILE}")), "", "*"])}
         """)
     done = cluster.run(script)
     assert done.returncode == 0, done.stderr
     agents = cluster.records("python3")
     assert len(agents) == 2
     for rec in agents:
-        assert rec["argv"] == ["-m", "launcher.ray_node", "--head=jwb0001i:29742", "--suffix=i",
+        assert rec["argv"] == ["-c", RUN_MODULE, "launcher.ray_node", "--head=jwb0001i:29742",
+                               "--suffix=i",
                                "--procs-per-node=2", "--join-timeout=120", "--",
                                "python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"]
     assert sorted(r["env"]["SLURM_NODEID"] for r in agents) == ["0", "1"]

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping
 
 from launcher.model import JobSpec, SpecError
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
+from launcher.modes.common import command_argv
 from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
     RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
@@ -66,7 +67,7 @@ class Accelerate(LaunchMode):
             raise SpecError(spec.source, "launch.procs_per_node", "mode accelerate starts at "
                             "least 2 processes in all (accelerate's --multi_gpu); for one "
                             "process use mode torchrun or srun", launch.procs_per_node)
-        launcher = [*launch.command, "--multi_gpu", word("--num_machines=", NNODES),
+        launcher = [*command_argv(spec), "--multi_gpu", word("--num_machines=", NNODES),
                     word("--num_processes=", NPROCS), word("--main_process_ip=", RDZV_HOST),
                     word("--main_process_port=", RDZV_PORT), "--rdzv_backend=static",
                     "--no_python"]

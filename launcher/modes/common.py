@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 from launcher.ifname import SOCKET_IFNAME_PY
 from launcher.model import JobSpec, SpecError
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Token, Var, word
+from launcher.shell import Token, Var, expansion, word
 
 NNODES = Var("nnodes")
 NTASKS = Var("ntasks")
@@ -84,13 +84,24 @@ PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK") + IFNAME_NAME
 MPI_TASK_NAMES = IFNAME_NAMES + ("OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")
 
 
+def program_argv(spec: JobSpec) -> List[Token]:
+    """The program's argv: $NAME, ${NAME} and a leading ~ expand in the batch script (the
+    job's environment), every other character reaches the program unchanged."""
+    return [expansion(arg) for arg in spec.program]
+
+
+def command_argv(spec: JobSpec) -> List[Token]:
+    """launch.command as argv, expanded like the program's."""
+    return [expansion(arg) for arg in spec.launch.command]
+
+
 def torchrun_argv(spec: JobSpec) -> List[Token]:
     """torchrun_jsc for one node; the program runs as written (--no-python)."""
     launch = spec.launch
-    return [*launch.command, word("--nnodes=", NNODES),
+    return [*command_argv(spec), word("--nnodes=", NNODES),
             f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
-            f"--max_restarts={launch.max_restarts}", "--no-python", *spec.program]
+            f"--max_restarts={launch.max_restarts}", "--no-python", *program_argv(spec)]
 
 
 def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
@@ -126,7 +137,7 @@ def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...],
     """bash -c "$task_env" task ARGV (ARGV: the program unless given): outside the container
     (it uses the host's ip and getent) unless pyxis, which puts the whole task, bash
     included, in the image."""
-    argv = spec.program if argv is None else argv
+    argv = program_argv(spec) if argv is None else argv
     if rt.config.kind == "pyxis":
         return ["bash", "-c", script, "task", *argv]
     return ["bash", "-c", script, "task", *rt.wrap(argv, names)]
@@ -170,7 +181,7 @@ def node_argv(rt: ContainerRuntime, spec: JobSpec, script: Var, name: str,
     e.g. --machine_rank "$SLURM_NODEID") between the launcher and the program, which thus
     reaches the program unchanged."""
     inner: List[Token] = ["bash", "-c", script, name, *head, str(len(launcher)), *launcher,
-                          *spec.program]
+                          *program_argv(spec)]
     return scripted_task(spec, rt, IFNAME_NAMES, inner)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
+from launcher.modes.common import command_argv
 from launcher.modes.common import IFNAME_TASK_ENV, PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
     no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
@@ -64,7 +65,7 @@ class Deepspeed(LaunchMode):
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         no_requeue(spec, "the deepspeed launcher")
         launch = spec.launch
-        launcher = [*launch.command, "--no_ssh", word("--master_addr=", RDZV_HOST),
+        launcher = [*command_argv(spec), "--no_ssh", word("--master_addr=", RDZV_HOST),
                     word("--master_port=", RDZV_PORT), "--no_python"]
         if not launch.option("local_rank_arg", False):
             launcher.append("--no_local_rank")

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping
 
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
+from launcher.modes.common import command_argv, program_argv
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, setup_argv, \
     srun_argv
 from launcher.ray_node import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
@@ -23,7 +24,13 @@ from launcher.runtimes import ContainerRuntime
 from launcher.shell import Token, Values, resolve, word
 from launcher.yamlread import Reader
 
-AGENT = ("python3", "-m", "launcher.ray_node")
+# `python3 -m launcher.ray_node` would put the current directory (the user's submit
+# directory) first on sys.path, so a user's launcher.py there would run instead of the kit.
+# python3 -c does the same with '': this drops it before importing (any Python 3; -P and
+# PYTHONSAFEPATH only exist from 3.11), then runs the module as -m would.
+RUN_MODULE = ("import runpy, sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
+              "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+AGENT = ("python3", "-c", RUN_MODULE, "launcher.ray_node")
 
 
 class Ray(LaunchMode):
@@ -48,7 +55,7 @@ class Ray(LaunchMode):
 
     def agent_argv(self, spec: JobSpec) -> List[Token]:
         launch = spec.launch
-        out: List[Token] = [*launch.command, word("--head=", RDZV_HOST, ":", RDZV_PORT)]
+        out: List[Token] = [*command_argv(spec), word("--head=", RDZV_HOST, ":", RDZV_PORT)]
         if spec.site.hostname_suffix:
             out.append(f"--suffix={spec.site.hostname_suffix}")
         out += [f"--procs-per-node={launch.procs_per_node}",
@@ -56,7 +63,7 @@ class Ray(LaunchMode):
         memory = launch.option("object_store_memory")
         if memory is not None:
             out.append(f"--object-store-memory={memory}")
-        return out + ["--", *spec.program]
+        return out + ["--", *program_argv(spec)]
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         no_requeue(spec, "Ray (the node agents and Ray's daemons)")
@@ -67,7 +74,9 @@ class Ray(LaunchMode):
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node
-        return (f"one Ray node agent per node ({' '.join(spec.launch.command)}), head on the "
+        agent = "python3 -m launcher.ray_node, the submit directory off sys.path" \
+            if spec.launch.command == AGENT else " ".join(spec.launch.command)
+        return (f"one Ray node agent per node ({agent}), head on the "
                 f"first node;\n# the program is the Ray driver ({n} slot{'s' if n != 1 else ''} "
                 "per node), run once there after every node joined;\n# Ray stops on every "
                 "node when the job ends")
