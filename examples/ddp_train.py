@@ -195,7 +195,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device,
     return {
         "stopped": stopped,
         "param_sha256": param_sha256(model),
-        "attempt": int(os.environ.get("SLURM_RESTART_COUNT", "0")) + 1,
+        "attempt": int(os.environ.get("SLURM_RESTART_COUNT")  # psslurm: the JOB_ one only
+                       or os.environ.get("SLURM_JOB_RESTART_COUNT") or "0") + 1,
         "world_size": world,
         "steps": step,
         "steps_run": step - start,

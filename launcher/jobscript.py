@@ -112,8 +112,11 @@ def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
     return out
 
 
-def _geometry_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    out: List[Statement] = cpu_lines(plan.srun_tasks_per_node) + [
+def _geometry_lines(spec: JobSpec, plan: Plan, doctor: bool) -> List[Statement]:
+    node_sruns = bool(plan.setup) or doctor or spec.launch.preflight is not None
+    out: List[Statement] = cpu_lines(spec, plan.srun_tasks_per_node,
+                                     launch_srun=plan.starter[:1] == ("srun",),
+                                     node_sruns=node_sruns) + [
         Raw("# The node count comes from the allocation: #SBATCH --nodes is its only source."),
         Raw('nnodes="$SLURM_JOB_NUM_NODES"'),
     ]
@@ -179,7 +182,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
               for k, v in sbatch_options(spec, plan)]
     lines += ["", "set -euo pipefail", ""]
-    blocks = [site_lines(spec), env_lines(spec, runtime), _geometry_lines(spec, plan),
+    blocks = [site_lines(spec), env_lines(spec, runtime), _geometry_lines(spec, plan, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
               requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
     for block in blocks:

@@ -1,17 +1,26 @@
 """CPU placement: how many CPUs the job asks for and how srun shares them among its tasks.
 
 Where it sits: spec -> modes (plans) -> **placement** (lines and #SBATCH options for jobscript) ->
-text. Pure. Sites bind every task to the CPUs Slurm gave it (task/affinity, task/cgroup), and
-a task's workers inherit that mask: a one-agent-per-node launcher (torchrun_jsc, accelerate,
-...) that got one CPU runs all its workers, and their DataLoader workers, on one core, with
-no error anywhere. So:
+text. Pure. Sites bind every task to the CPUs Slurm gave it (task/affinity, task/cgroup,
+psslurm), and a task's workers inherit that mask: a one-agent-per-node launcher (torchrun_jsc,
+accelerate, ...) that got one CPU runs all its workers, and their DataLoader workers, on one
+hardware thread, with no error anywhere. So:
 
 - the job asks for CPUs: ``job.cpus_per_task`` if set, else whole nodes (``--exclusive``,
   what JSC allocates anyway), unless the spec sets ``job.sbatch.exclusive`` itself;
-- every srun step gets, per task, the job's CPUs on a node (the smallest node's, when they
-  differ) divided by the tasks srun starts per node: all of them for a per-node agent or an
-  MPI daemon, a share each for one task per GPU. srun does not inherit ``--cpus-per-task``
-  from sbatch (Slurm >= 22.05), so the script exports ``SRUN_CPUS_PER_TASK`` explicitly.
+- every srun the kit writes asks for its CPUs on its own command line, ``--cpus-per-task``:
+  the job's CPUs on a node (the smallest node's, when they differ) for a per-node agent, an
+  MPI daemon, the set-up and the doctor, that divided by the tasks per node for one task per
+  GPU (``cpus_per_node`` and ``cpus_per_task`` in the script). srun does not inherit
+  ``--cpus-per-task`` from sbatch, and the variable that carried it changed: Slurm 22.05 and
+  23.02 read ``SRUN_CPUS_PER_TASK``, 23.11 and later ``SLURM_CPUS_PER_TASK`` only (CHANGELOG
+  23.11); the command line works on every version, psslurm included. Only submitit, which
+  writes its own srun line, gets both variables instead (``export_names``);
+- one thread per core (``--hint=nomultithread``, ``--threads-per-core=1``, in the spec's
+  ``job.sbatch`` or in SLURM_HINT / SLURM_THREADS_PER_CORE): SLURM_JOB_CPUS_PER_NODE counts
+  hardware threads, but such a step may use one per core, and srun refuses a count above that
+  ("More processors requested than permitted"): the script divides by the node's
+  ThreadsPerCore, as Slurm's own node record states it (``scontrol show node``).
 """
 
 from __future__ import annotations
@@ -33,22 +42,66 @@ def exclusive_default(spec: JobSpec) -> Optional[Tuple[str, Optional[str]]]:
     return ("exclusive", None)
 
 
-def cpu_lines(srun_tasks_per_node: int) -> List[Statement]:
-    """Batch-scope lines that export SRUN_CPUS_PER_TASK for every srun of the script."""
+def one_thread_per_core(spec: JobSpec) -> List[Statement]:
+    """The spec's own --hint=nomultithread / --threads-per-core=1, passed to every srun
+    through srun's input variables (unless the environment already says otherwise)."""
+    sbatch = dict(spec.job.sbatch)
+    out: List[Statement] = []
+    if "nomultithread" in (sbatch.get("hint") or ""):
+        out.append(Raw('export SLURM_HINT="${SLURM_HINT:-nomultithread}"  # job.sbatch.hint'))
+    if sbatch.get("threads-per-core") == "1":
+        out.append(Raw('export SLURM_THREADS_PER_CORE="${SLURM_THREADS_PER_CORE:-1}"'
+                       "  # job.sbatch.threads-per-core"))
+    return out
+
+
+MPIRUN_NOTE = Raw("""\
+# CPUs: mpirun starts the ranks through Open MPI's own srun, which sets SLURM_CPU_BIND=none
+# (plm/slurm): its daemons, and the ranks under them, may use every CPU of the job on a node.""")
+
+
+def cpu_lines(spec: JobSpec, srun_tasks_per_node: int, launch_srun: bool = True,
+              node_sruns: bool = True, export_names: Tuple[str, ...] = ()) -> List[Statement]:
+    """Batch-scope lines that set cpus_per_node (one task per node: ``node_sruns``, the set-up
+    and the doctor) and cpus_per_task (``launch_srun``: the launch is an srun the kit writes)
+    for ``--cpus-per-task=`` of the sruns below; export_names: variables that carry the share
+    to an srun line the kit does not write (submitit's)."""
+    if not launch_srun and not node_sruns:
+        return [MPIRUN_NOTE]
     share = "$cpus_per_node" if srun_tasks_per_node == 1 else \
         f"$((cpus_per_node >= {srun_tasks_per_node} ? cpus_per_node / {srun_tasks_per_node} : 1))"
+    each = "" if not launch_srun else \
+        ";\n# the launch's one task per node: cpus_per_task, the same" if srun_tasks_per_node == 1 \
+        else f";\n# each of the launch's {srun_tasks_per_node} tasks per node: cpus_per_task, a share"
+    exports = f'cpus_per_task="{share}"\n' if launch_srun else ""
+    exports += "".join(f'export {name}="$cpus_per_task"\n' for name in export_names)
     return [Raw(f"""\
-# CPUs: each srun task gets the job's CPUs on a node (the smallest node's, if they differ)
-# divided by the {srun_tasks_per_node} task(s) srun starts per node. srun does not inherit --cpus-per-task
-# (Slurm >= 22.05), and every worker of a bound task shares that task's CPUs.
+# CPUs: every srun asks for its own on its command line (--cpus-per-task; Slurm >= 23.11
+# ignores SRUN_CPUS_PER_TASK, and a bound task's workers all share its CPUs). One task per
+# node gets the job's CPUs on a node (the smallest node's, if they differ): cpus_per_node{each}.
 cpus_per_node=''
 IFS=, read -ra counts <<<"$SLURM_JOB_CPUS_PER_NODE"  # e.g. 48(x2),32
 for count in "${{counts[@]}}"; do
     count=${{count%%(*}}
     if [ -z "$cpus_per_node" ] || [ "$count" -lt "$cpus_per_node" ]; then cpus_per_node=$count; fi
-done
-export SRUN_CPUS_PER_TASK="{share}"
-""".rstrip("\n"))]
+done""")] + one_thread_per_core(spec) + [Raw(f"""\
+# One thread per core (--hint=nomultithread, --threads-per-core=1): those counts are hardware
+# threads, a step may use one per core, and srun refuses more ("More processors requested
+# than permitted"): count cores, by the node's ThreadsPerCore in Slurm's own record.
+case "${{SLURM_HINT:-}},${{SLURM_THREADS_PER_CORE:-}}" in
+    *nomultithread*|*,1)
+        node_info=$(scontrol show node "${{SLURMD_NODENAME:-$(hostname)}}") || node_info=""
+        threads_per_core=1
+        case "$node_info" in
+            *ThreadsPerCore=[0-9]*)
+                threads_per_core=${{node_info##*ThreadsPerCore=}}
+                threads_per_core=${{threads_per_core%%[!0-9]*}} ;;
+        esac
+        if [ "$threads_per_core" -gt 1 ] && [ "$cpus_per_node" -ge "$threads_per_core" ]; then
+            cpus_per_node=$((cpus_per_node / threads_per_core))
+        fi ;;
+esac
+{exports}""".rstrip("\n"))] + ([] if launch_srun else [MPIRUN_NOTE])
 
 
 def placement_warnings(spec: JobSpec) -> List[str]:
@@ -69,4 +122,4 @@ def placement_warnings(spec: JobSpec) -> List[str]:
     return []
 
 
-__all__ = ["cpu_lines", "exclusive_default", "placement_warnings"]
+__all__ = ["cpu_lines", "exclusive_default", "one_thread_per_core", "placement_warnings"]

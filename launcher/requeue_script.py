@@ -10,7 +10,8 @@ How a checkpoint request travels (one path for the time limit and for a preempti
    and forwards it too (TORCHRUN_JSC_FORWARD_SIGNALS). mpirun is a child of this shell, not
    a step: it gets ``kill -s SIG`` and passes SIGUSR1/2 on to its ranks itself.
 3. The program checkpoints, rank 0 writes $REQUEUE_MARKER, all exit 0 (launcher.requeue).
-4. The script requeues (``scontrol requeue``) while SLURM_RESTART_COUNT < max, with
+4. The script requeues (``scontrol requeue``) while the restart count < max (Slurm's
+   SLURM_RESTART_COUNT, else psslurm's SLURM_JOB_RESTART_COUNT, else 0), with
    ``--open-mode=append`` so every attempt's output stays in the log. Exit 0 without a
    marker: finished. Non-zero: failed, never requeued. Marker at the maximum: exit 75.
 """
@@ -51,7 +52,8 @@ export REQUEUE_SIGNAL={sig} TORCHRUN_JSC_FORWARD_SIGNALS={sig}
 export REQUEUE_MARKER="$PWD/{MARKER_DIR}/$SLURM_JOB_ID.stopped"
 mkdir -p -- "$PWD/{MARKER_DIR}"
 rm -f -- "$REQUEUE_MARKER"
-restart_count="${{SLURM_RESTART_COUNT:-0}}"
+# Slurm counts requeues in SLURM_RESTART_COUNT, psslurm (JSC) in SLURM_JOB_RESTART_COUNT only.
+restart_count="${{SLURM_RESTART_COUNT:-${{SLURM_JOB_RESTART_COUNT:-0}}}}"
 echo "job ${{SLURM_JOB_ID}}: attempt $((restart_count + 1)), requeued at most {q.max} times"
 launch_pid=""
 signalled=0

@@ -34,7 +34,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from launcher.jobscript import env_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
 from launcher.placement import cpu_lines, exclusive_default
-from launcher.modes.common import DEFAULT_PORT_BASE, EXEC_ARGV, RANKS_FROM_SLURM, SOCKET_IFNAME
+from launcher.modes.common import CPUS_PER_NODE, DEFAULT_PORT_BASE, EXEC_ARGV, \
+    RANKS_FROM_SLURM, SOCKET_IFNAME
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
 from launcher.spec import load_spec
@@ -48,6 +49,11 @@ UNSUPPORTED = {
              "mount the composer uses cannot be expanded there; use runtime kind enroot "
              "(the same squashfs, started by enroot) or apptainer",
 }
+# submitit writes its own srun line and quotes its srun_args, so a count known only at run
+# time cannot go on it: srun's input variables carry it, SLURM_CPUS_PER_TASK (Slurm >= 23.11,
+# and before 22.05) and SRUN_CPUS_PER_TASK (22.05, 23.02). No mpirun runs here, which would
+# read SLURM_CPUS_PER_TASK as well (Open MPI divides its slots by it).
+SUBMITIT_CPU_NAMES = ("SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK")
 # What each container runtime cannot bind (the submitit folder must be bound at its path).
 _UNBINDABLE = {"apptainer": ":,", "enroot": ":, \t\n\r"}
 # submitit's own variables (SUBMITIT_EXECUTOR, ...) must reach Python inside Enroot, which
@@ -111,7 +117,7 @@ def _node_setup(runtime: ContainerRuntime) -> List[Statement]:
     return [Raw(f"# Once per node: {type(runtime).__name__.lower()} setup."),
             Raw(join(["srun", "--kill-on-bad-exit=1", word("--nodes=", Var("SLURM_JOB_NUM_NODES")),
                       word("--ntasks=", Var("SLURM_JOB_NUM_NODES")), "--ntasks-per-node=1",
-                      *inner]) + " || exit 1")]
+                      word("--cpus-per-task=", CPUS_PER_NODE), *inner]) + " || exit 1")]
 
 
 def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> SubmititPlan:
@@ -152,7 +158,7 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
 
     statements: List[Statement] = [
         *site_lines(spec), *env_lines(spec, runtime),
-        *cpu_lines(spec.launch.procs_per_node), *_rendezvous_lines(spec),
+        *cpu_lines(spec, spec.launch.procs_per_node, export_names=SUBMITIT_CPU_NAMES), *_rendezvous_lines(spec),
         *runtime.batch_lines(), *_node_setup(runtime),
         Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
         Assign(TASK_ENV_VAR, TASK_ENV),

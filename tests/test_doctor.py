@@ -65,7 +65,10 @@ def test_preflight_key_errors(value, message):
 def test_step_runs_after_setup_and_before_the_launch(tmp_path):
     text = render_jobscript(spec_of(SPEC))
     step = text.index('"${doctor_py}" node')
-    assert '"--ntasks=${nnodes}" --ntasks-per-node=1 python3' in text  # one task per node
+    flat = " ".join(text.replace("\\\n", " ").split())  # the renderer's line breaks
+    # one task per node, with every CPU of the node
+    assert '"--ntasks=${nnodes}" --ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" ' \
+        'python3' in flat
     assert text.index("rdzv_port=29400") < step < text.index("# Launch:")
     assert "|| { echo \"preflight: a check failed (table above); not launching\" >&2; exit 1; }" \
         in text

@@ -50,6 +50,25 @@ def test_maximum_is_honoured(fakes):
     assert "attempt 3," in done.stdout
 
 
+@pytest.mark.parametrize("name", ["SLURM_RESTART_COUNT", "SLURM_JOB_RESTART_COUNT"])
+def test_maximum_is_honoured_with_either_restart_variable(fakes, name):
+    """Slurm sets SLURM_RESTART_COUNT, psslurm (JSC) only SLURM_JOB_RESTART_COUNT: with
+    either, the maximum stops the requeues (without it psslurm would requeue forever)."""
+    script = fakes.render(spec(max_=2))
+    done = fakes.run(script, FAKE_PROGRAM="stop", **{name: "2"})
+    assert done.returncode == 75, done.stdout + done.stderr
+    assert requeues(fakes) == [] and "attempt 3," in done.stdout
+    done = fakes.run(script, FAKE_PROGRAM="stop", **{name: "1"})
+    assert done.returncode == 0 and "attempt 2," in done.stdout
+    assert [r["argv"] for r in requeues(fakes)] == [["requeue", "4242"]]
+
+
+def test_slurms_restart_count_wins_over_psslurms(fakes):
+    done = fakes.run(fakes.render(spec(max_=2)), FAKE_PROGRAM="stop",
+                     SLURM_RESTART_COUNT="0", SLURM_JOB_RESTART_COUNT="5")
+    assert done.returncode == 0 and "attempt 1," in done.stdout
+
+
 def test_failure_is_not_requeued(fakes):
     done = fakes.run(fakes.render(spec()), FAKE_PROGRAM="stop", FAKE_PROGRAM_RC="3")
     assert done.returncode == 3

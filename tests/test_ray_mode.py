@@ -42,7 +42,8 @@ def test_launch_line_bare():
     _, plan = plan_launch(spec("procs_per_node: 2, object_store_memory: 100000000"))
     assert join(plan.launch, width=10000) == (
         'srun --kill-on-bad-exit=1 "--nodes=${nnodes}" --ntasks-per-node=1 '
-        f"--output=logs/%x-%j.node%n.out python3 -c {shlex.quote(RUN_MODULE)} launcher.ray_node "
+        '"--cpus-per-task=${cpus_per_task}" --output=logs/%x-%j.node%n.out '
+        f"python3 -c {shlex.quote(RUN_MODULE)} launcher.ray_node "
         '"--head=${rdzv_host}:${rdzv_port}" --suffix=i --procs-per-node=2 --join-timeout=120 '
         "--object-store-memory=100000000 -- python3 -u d.py 'a b' '$(x)'")
     assert plan.tasks_per_node == 1 and plan.rendezvous and not plan.master_env
@@ -57,6 +58,7 @@ def test_launch_line_bare():
 def test_every_runtime_runs_the_agent_inside(runtime, inside):
     text = render_jobscript(spec("join_timeout: 30", runtime))
     launch = text.split("# Launch:", 1)[1].split("\nsrun ", 1)[1]
+    launch = " ".join(launch.replace("\\\n", " ").split())  # the renderer's line breaks
     assert inside in launch and "launcher.ray_node" in launch and "--join-timeout=30" in launch
     assert launch.index(inside) < launch.index("launcher.ray_node")
 

@@ -105,6 +105,7 @@ def test_ddp_container_launch_line():
     _, plan = plan_launch(spec)
     assert list(plan.launch) == [
         "srun", "--kill-on-bad-exit=1", word("--nodes=", Var("nnodes")), "--ntasks-per-node=1",
+        word("--cpus-per-task=", Var("cpus_per_task")),
         "--output=logs/%x-%j.node%n.out",
         "apptainer", "exec", "--nv", "--bind", Var("PWD"), "image.sif",
         "torchrun_jsc", word("--nnodes=", Var("nnodes")), "--nproc_per_node=4",

@@ -144,7 +144,7 @@ def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
     flat = " ".join(setup.replace("\\\n", " ").split())  # the line breaks are the renderer's
     assert ('srun --kill-on-bad-exit=1 "--nodes=${SLURM_JOB_NUM_NODES}" '
             '"--ntasks=${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 '
-            'bash -c "${enroot_setup}" enroot-setup') in flat
+            '"--cpus-per-task=${cpus_per_node}" bash -c "${enroot_setup}" enroot-setup') in flat
     # Enroot forwards by name: submitit's own variables are among the names.
     assert "|SUBMITIT_*|" in setup
 

@@ -17,6 +17,7 @@ from typing import List, Literal
 from launcher.ifname import PY_IFNAME
 from launcher.model import JobSpec
 from launcher.modes import mode_for
+from launcher.modes.common import CPUS_PER_NODE
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement, word
 
@@ -60,7 +61,7 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     # --ntasks too: the job's SLURM_NTASKS (srun/horovod modes) would override
     # --ntasks-per-node=1 and start two listeners on the first node.
     step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), word("--ntasks=", Var("nnodes")),
-                         "--ntasks-per-node=1",
+                         "--ntasks-per-node=1", word("--cpus-per-task=", CPUS_PER_NODE),
                          "python3", "-c", Var("doctor_py"), "node", *where, "--",
                          *runtime.wrap([])]
     collect: List[Token] = ["python3", "-c", Var("doctor_py"), output, *where, Var("hostnames"),

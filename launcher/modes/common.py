@@ -19,6 +19,10 @@ NTASKS = Var("ntasks")
 RDZV_HOST = Var("rdzv_host")
 RDZV_PORT = Var("rdzv_port")
 JOB_ID = Var("SLURM_JOB_ID")
+# Set by launcher.placement.cpu_lines at batch scope; every srun the kit writes asks for its
+# CPUs on its command line with one of them (Slurm >= 23.11 reads no SRUN_CPUS_PER_TASK).
+CPUS_PER_NODE = Var("cpus_per_node")  # one task per node (set-up, doctor, per-node agent)
+CPUS_PER_TASK = Var("cpus_per_task")  # the launch's srun: the node's CPUs per task it starts
 TASK_ENV = Var("task_env")  # holds the task script at batch scope, expanded in each task
 DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
 
@@ -108,7 +112,8 @@ def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
               extra: Tuple[str, ...] = ()) -> List[Token]:
     """srun with the job's geometry; --kill-on-bad-exit so one dead task ends the step."""
     out: List[Token] = ["srun", "--kill-on-bad-exit=1", *extra, word("--nodes=", NNODES),
-                        f"--ntasks-per-node={tasks_per_node}"]
+                        f"--ntasks-per-node={tasks_per_node}",
+                        word("--cpus-per-task=", CPUS_PER_TASK)]
     if spec.job.node_output is not None:
         out.append(f"--output={spec.job.node_output}")
     return out + runtime.srun_flags()
@@ -121,12 +126,14 @@ def setup_argv(spec: JobSpec, runtime: ContainerRuntime) -> Tuple[Token, ...]:
     # --ntasks too: the job's SLURM_NTASKS (srun and horovod modes) would otherwise override
     # --ntasks-per-node=1 ("can't honor --ntasks-per-node") and start the set-up per task.
     return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), word("--ntasks=", NNODES),
-            "--ntasks-per-node=1", *inner)
+            "--ntasks-per-node=1", word("--cpus-per-task=", CPUS_PER_NODE), *inner)
 
 
 def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
     # Inside a Slurm job Open MPI starts its daemons with srun, so ranks inherit this
-    # script's environment; --bind-to none leaves CPU placement to Slurm.
+    # script's environment; --bind-to none leaves CPU placement to Slurm. That srun is Open
+    # MPI's, not the kit's: it asks for no CPU count but sets SLURM_CPU_BIND=none (plm/slurm),
+    # so its daemons, and the ranks under them, may use every CPU of the job on their node.
     return ["mpirun", "-np", count, "--map-by", f"ppr:{tasks_per_node}:node",
             "--bind-to", "none", "--tag-output"]
 

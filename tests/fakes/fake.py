@@ -80,7 +80,7 @@ RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", 
                 "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "PMIX_MCA_gds",
                 "NCCL_SOCKET_IFNAME", "PATH", "LD_LIBRARY_PATH", "HOSTILE_LIST",
                 "REQUEUE_SIGNAL", "REQUEUE_MARKER", "TORCHRUN_JSC_FORWARD_SIGNALS",
-                "SLURM_RESTART_COUNT")
+                "SLURM_RESTART_COUNT", "SLURM_JOB_RESTART_COUNT", "SLURM_CPUS_PER_TASK")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
@@ -158,16 +158,45 @@ def _run_tasks(cmd: List[str], tasks: List[Dict[str, str]]) -> int:
     return next((c for c in codes if c), 0)
 
 
+def step_cpus(opts: Dict[str, str]) -> int:
+    """CPUs per task by srun's contract since Slurm 23.11: --cpus-per-task/-c on the command
+    line, else SLURM_CPUS_PER_TASK, else 1. SRUN_CPUS_PER_TASK (read by 22.05 and 23.02 only)
+    is ignored."""
+    text = opts.get("--cpus-per-task") or opts.get("-c") \
+        or os.environ.get("SLURM_CPUS_PER_TASK") or "1"
+    return int(text)
+
+
+def node_cpus(opts: Dict[str, str]) -> int:
+    """CPUs a step may use per node: the smallest node's SLURM_JOB_CPUS_PER_NODE; with
+    --hint=nomultithread or --threads-per-core=1 (options or SLURM_HINT/SLURM_THREADS_PER_CORE)
+    one per core, FAKE_THREADS_PER_CORE (default 1) hardware threads each."""
+    counts = [int(c.split("(")[0]) for c in
+              os.environ.get("SLURM_JOB_CPUS_PER_NODE", "48").split(",")]
+    hint = opts.get("--hint", os.environ.get("SLURM_HINT", ""))
+    threads = opts.get("--threads-per-core", os.environ.get("SLURM_THREADS_PER_CORE", ""))
+    if "nomultithread" in hint or threads == "1":
+        return min(counts) // int(os.environ.get("FAKE_THREADS_PER_CORE", "1"))
+    return min(counts)
+
+
 def srun(argv: List[str]) -> int:
-    opts, cmd = _options(argv, ("-N", "-n", "--mpi", "--output", "--error"))
-    _record("srun", argv)
+    opts, cmd = _options(argv, ("-N", "-n", "--mpi", "--output", "--error", "-c",
+                                "--cpus-per-task"))
     nodes = int(opts.get("--nodes", os.environ.get("SLURM_JOB_NUM_NODES", "1")))
     # Without the option srun takes the batch job's (sbatch exports SLURM_NTASKS_PER_NODE).
     per_node = int(opts.get("--ntasks-per-node", os.environ.get("SLURM_NTASKS_PER_NODE", "1")))
+    cpus = step_cpus(opts)
+    _record("srun", argv, {"cpus": cpus})
+    if cpus * per_node > node_cpus(opts):
+        print(f"srun: error: Unable to create step for job {os.environ.get('SLURM_JOB_ID')}: "
+              "More processors requested than permitted", file=sys.stderr)
+        return 1
     names = expand(os.environ.get("SLURM_JOB_NODELIST", "node[1-9]"))
     tasks = [{"SLURM_NODEID": str(n), "SLURM_PROCID": str(n * per_node + l),
               "SLURM_LOCALID": str(l), "SLURM_NTASKS": str(nodes * per_node),
-              "SLURMD_NODENAME": names[n % len(names)], "SLURM_STEP_NUM_TASKS": str(nodes * per_node)}
+              "SLURMD_NODENAME": names[n % len(names)], "SLURM_STEP_NUM_TASKS": str(nodes * per_node),
+              "SLURM_CPUS_PER_TASK": str(cpus)}
              for n in range(nodes) for l in range(per_node)]
     return _run_tasks(cmd, tasks)
 
@@ -185,6 +214,12 @@ def mpirun(argv: List[str]) -> int:
 def scontrol(argv: List[str]) -> int:
     _record("scontrol", argv)
     if argv[:1] == ["requeue"]:
+        return 0
+    if argv[:2] == ["show", "node"]:  # what the kit reads of it
+        threads = os.environ.get("FAKE_THREADS_PER_CORE", "1")
+        print(f"NodeName={argv[2] if len(argv) > 2 else 'jwb0001'} Arch=x86_64 CoresPerSocket=24\n"
+              f"   CPUAlloc=0 CPUEfctv=96 CPUTot=96 CPULoad=0.00\n"
+              f"   Sockets=2 Boards=1 ThreadsPerCore={threads}")
         return 0
     if argv[:2] == ["show", "hostnames"]:
         print("\n".join(expand(argv[2] if len(argv) > 2 else os.environ["SLURM_JOB_NODELIST"])))
