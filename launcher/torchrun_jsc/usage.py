@@ -19,7 +19,7 @@ from launcher import __version__
 PROG = "torchrun_jsc"
 DISTRIBUTION = "torchrun-jsc-kit"
 
-# (name, meaning): the README's "Environment variables" table; a test keeps both in step
+# (name, meaning): the "Environment variables" table of docs/reference/torchrun-jsc.md; a test keeps both in step
 # with the names the launcher reads.
 ENV_VARS: Tuple[Tuple[str, str], ...] = (
     ("TORCHRUN_JSC_NODE_RANK", "this node's rank (else SLURM_NODEID); setting it makes the "
