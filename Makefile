@@ -28,7 +28,7 @@ TORCH_VERSIONS ?= 1.9.0 1.13.1 2.0.1 2.4.1 2.5.1
 torch-compat: setup
 	bash scripts/torch-compat.sh $(TORCH_VERSIONS)
 
-# --- Images (containers/, scripts/build-image.sh, docs/containers.md) ---------------------
+# --- Images (containers/, scripts/build-image.sh, docs/development/containers.md) ---------
 # BASE=local (default, CI): Debian bookworm via debootstrap + the on-disk torch wheel.
 # BASE=docker: pinned official PyTorch CUDA image (DOCKER_FROM=... to change it).
 # The base is cached in build/base-$(BASE).sif; image.sif is a thin launcher layer on it.
@@ -90,7 +90,7 @@ launchers.sqsh: launchers.sif
 	$(BUILD_IMAGE) enroot launchers.sif launchers.sqsh
 launchers-enroot-image: launchers.sqsh
 
-# --- Jobscripts (launcher composer, README.md) ----------------------------------------
+# --- Jobscripts (launcher composer, docs/guide/specs.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).
 # The composer needs only Python with PyYAML: the venv when there is one, else python3.
 COMPOSER_PY = $(if $(wildcard $(PY)),$(PY),python3)
@@ -100,7 +100,7 @@ jobs:
 	    $(COMPOSER_PY) -m launcher render "$$spec" -o "$${spec%.yaml}.job"; echo "rendered $${spec%.yaml}.job"; \
 	done
 
-# --- Local cluster (scripts/cluster.sh, docs/cluster.md) ---------------------------------
+# --- Local cluster (scripts/cluster.sh, docs/development/cluster.md) ---------------------
 # Slurm with nodes jwb0001..jwb000N in network namespaces, a JSC-like network (hostname != rdzv name).
 NODES ?=
 cluster-up:
@@ -111,7 +111,7 @@ cluster-down:
 demo: setup cluster-up image
 	$(PY) scripts/cluster/slurmjob.py jobs/ddp_container.job --timeout 600
 
-# --- Bench (bench/, docs/benchmarks.md) ------------------------------------------------------
+# --- Bench (bench/, docs/development/benchmarks.md) ------------------------------------------
 # Launch latency, failure teardown, container overhead, image build times, rendezvous
 # scaling; ratios against baselines measured in the same run. Report: bench-results/results.md
 bench: setup image cluster-up

@@ -46,8 +46,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, epilog=EXAMPLES.format(prog=prog),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Compose Slurm jobscripts from a YAML spec (README.md: Jobscript spec "
-                    "reference).\nNeeds PyYAML only, not torch.")
+        description="Compose Slurm jobscripts from a YAML spec (every key: "
+                    "docs/reference/spec.md).\nNeeds PyYAML only, not torch.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     # Also accepted after the subcommand; SUPPRESS keeps it from resetting the global one.
     debug = argparse.ArgumentParser(add_help=False)
@@ -79,7 +79,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
 def _doctor_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
                    debug: argparse.ArgumentParser, prog: str) -> None:
     doctor = sub.add_parser("doctor", parents=[debug], help="check every node before the "
-                            "launch: names, ports, network, binds, image (README: Doctor)",
+                            "launch: names, ports, network, binds, image (docs/guide/doctor.md)",
                             description="Run the checks on every node: inside an allocation "
                             "(SLURM_JOB_ID set) on its nodes, else in a short job with the "
                             "spec's geometry. Prints a node x check table. Exit status: 0 all "
@@ -97,7 +97,7 @@ def _doctor_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
 def _venv_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
                  debug: argparse.ArgumentParser, prog: str) -> None:
     venv = sub.add_parser("venv", parents=[debug], help="build site.venv in a job on a "
-                          "compute node, with site.modules (README: Venv on the compute nodes)")
+                          "compute node, with site.modules (docs/guide/specs.md)")
     venv.add_argument("spec")
     venv.add_argument("--requirements", help="pip requirements file (default: "
                       "site.venv_build.requirements, else requirements.txt beside the spec)")

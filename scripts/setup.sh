@@ -23,7 +23,8 @@ apptainer_conf=$root/etc/apptainer/apptainer.conf
 apt_packages=(slurm-wlm munge squashfs-tools debootstrap openmpi-bin libopenmpi-dev
               libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin)
 glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl)
-venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy)
+# mkdocs: tests/test_docs.py builds the docs site (mkdocs.yml) with --strict.
+venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy 'mkdocs==1.6.1')
 # accelerate, deepspeed, ray, submitit and what they pull in, pinned (issue 12's launch modes).
 launchers_req=$here/requirements/launchers.txt
 
@@ -51,12 +52,16 @@ grep -q '^root default capabilities = file' "$apptainer_conf" 2>/dev/null || nee
 need_fuse=0
 if [ -c "$root/dev/fuse" ] && [ "$(stat -c %a "$root/dev/fuse")" != 666 ]; then need_fuse=1; fi
 need_venv=0
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest' 2>/dev/null; then
+# An existing venv that lacks one (e.g. mkdocs, added later) gets the list again: pip skips
+# what is installed, so only the missing package is downloaded.
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest, mkdocs' 2>/dev/null; then
     need_venv=1
 fi
 # Exactly the pinned versions, checked in a tenth of a second: nothing is reinstalled when they are.
 need_launchers=0
-if [ "$need_venv" = 1 ] || ! "$venv/bin/python" "$here/scripts/check-pins.py" --quiet "$launchers_req" 2>/dev/null; then
+# Decided by the pins alone while the venv exists, so that a venv completed by one package
+# does not reinstall the launchers.
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" "$here/scripts/check-pins.py" --quiet "$launchers_req" 2>/dev/null; then
     need_launchers=1
 fi
 

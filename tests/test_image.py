@@ -48,7 +48,7 @@ def in_image(*cmd: str, image: Path = IMAGE) -> str:
 @pytest.fixture(scope="module")
 def image() -> Path:
     assert shutil.which("apptainer"), "apptainer not on PATH: run `bash scripts/setup.sh` as root"
-    assert os.geteuid() == 0, "image builds need root here (see docs/containers.md for --fakeroot)"
+    assert os.geteuid() == 0, "image builds need root here (see docs/development/containers.md for --fakeroot)"
     make("image", "enroot-image")
     return IMAGE
 

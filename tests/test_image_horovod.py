@@ -29,7 +29,7 @@ def run(cmd: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def horovod() -> Path:
     assert shutil.which("apptainer"), "apptainer not on PATH: run `bash scripts/setup.sh` as root"
-    assert os.geteuid() == 0, "image builds need root here (see docs/containers.md for --fakeroot)"
+    assert os.geteuid() == 0, "image builds need root here (see docs/development/containers.md for --fakeroot)"
     r = run(["make", "horovod-image"], timeout=2400)
     assert r.returncode == 0, f"make horovod-image failed:\n{r.stdout}\n{r.stderr}"
     return HOROVOD

@@ -43,7 +43,7 @@ def pins() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def image() -> Path:
     assert shutil.which("apptainer"), "apptainer not on PATH: run `bash scripts/setup.sh` as root"
-    assert os.geteuid() == 0, "image builds need root here (see docs/containers.md for --fakeroot)"
+    assert os.geteuid() == 0, "image builds need root here (see docs/development/containers.md for --fakeroot)"
     r = run(["make", "launchers-image"], timeout=BUILD_TIMEOUT)
     assert r.returncode == 0, f"make launchers-image failed:\n{r.stdout}\n{r.stderr}"
     return LAUNCHERS_SIF

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("argv", [
     ["--rdzv-backend=c10d", "--rdzv-endpoint=jwb0001i:29500", "--nnodes=2", "t.py", "--lr", "1"],
     ["--standalone", "--nproc_per_node=2", "--no-python", "hostname", "--help"],
+    ["--nnodes=2", "t.py", "--version"],  # the script's own --version, not torchrun_jsc's
 ])
 def test_same_namespace_as_torchs_parser(argv):
     # Imported here, not at the top: `-m "not ring3"` in a venv without torch still collects.

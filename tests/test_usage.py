@@ -79,3 +79,43 @@ def test_composer_never_imports_torch():
             "assert not bad, bad\n")
     p = python(code)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def _stub_torch_run():
+    """A module with torch's parser shape (options, the script, REMAINDER for its args)."""
+    import argparse
+    import types
+
+    def get_args_parser():
+        p = argparse.ArgumentParser(prog="torchrun")
+        p.add_argument("--nnodes", default="1:1")
+        p.add_argument("training_script")
+        p.add_argument("training_script_args", nargs=argparse.REMAINDER)
+        return p
+    return types.SimpleNamespace(get_args_parser=get_args_parser)
+
+
+def test_version_names_this_distribution_without_torch():
+    """JSC's PyPI torchrun_jsc owns the same command name; --version tells them apart."""
+    p = python(NO_TORCH + "from launcher.torchrun_jsc import main; sys.exit(main(['--version']))")
+    assert p.returncode == 0, p.stderr
+    from launcher import __version__
+    assert p.stdout.startswith(f"torchrun_jsc {__version__} (torchrun-jsc-kit, ")
+    assert "HelmholtzAI-FZJ" in p.stdout and p.stderr == ""
+
+
+def test_version_in_the_parser_leaves_the_scripts_own_version_alone(capsys):
+    parser = usage.parser(_stub_torch_run())
+    args = parser.parse_args(["--nnodes=2", "train.py", "--version"])
+    assert args.training_script == "train.py" and args.training_script_args == ["--version"]
+    assert "version" not in vars(args)  # the namespace stays torch's
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["--nnodes=2", "--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith("torchrun_jsc ")
+
+
+def test_version_only_first_counts_before_torch_is_imported():
+    assert usage.wants_version(["--version"])
+    assert not usage.wants_version(["train.py", "--version"])
+    assert not usage.wants_version([])

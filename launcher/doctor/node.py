@@ -29,7 +29,7 @@ if "cell" not in globals():
 
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
-           "space", "clock")  # README "Doctor" says what each checks
+           "space", "clock")  # docs/guide/doctor.md says what each checks
 
 
 def in_thread(fn, timeout, late):

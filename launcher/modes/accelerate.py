@@ -1,6 +1,6 @@
 """Mode accelerate: one ``accelerate launch`` per node via srun, procs_per_node workers each.
 
-What the composer fixes compared with the usual recipe (README: Other launchers):
+What the composer fixes compared with the usual recipe (docs/guide/launch-modes.md):
 - --num_processes is the TOTAL (nodes x procs_per_node), --num_machines the node count;
 - --machine_rank is this node's SLURM_NODEID, expanded on the node (in the task), never at
   batch scope (where it would be 0 on every node: deadlock);

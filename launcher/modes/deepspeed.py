@@ -1,6 +1,6 @@
 """Mode deepspeed: one ``deepspeed --no_ssh --node_rank N`` per node via srun.
 
-What the composer fixes compared with the usual recipe (README: Other launchers):
+What the composer fixes compared with the usual recipe (docs/guide/launch-modes.md):
 - never ssh or pdsh: the launcher runs on every node by srun with --no_ssh and this node's
   --node_rank (SLURM_NODEID, expanded on the node, not at batch scope);
 - a per-job hostfile (every node of the allocation by its inter-node name, slots =

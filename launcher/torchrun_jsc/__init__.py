@@ -70,6 +70,9 @@ def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> Non
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if usage.wants_version(argv):  # no torch needed (nor its seconds of import)
+        print(usage.version_text())
+        return 0
     try:
         # First, before the torch import (seconds on a busy node): until then a forwarded
         # signal's default action would end the agent (job 151's first attempt did so).

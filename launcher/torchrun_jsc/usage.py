@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from pathlib import Path
 from types import ModuleType
 from typing import Sequence, Tuple
 
-PROG = "torchrun_jsc"
+from launcher import __version__
 
-# (name, meaning): the README's "Environment variables" table; a test keeps both in step
+PROG = "torchrun_jsc"
+DISTRIBUTION = "torchrun-jsc-kit"
+
+# (name, meaning): the "Environment variables" table of docs/reference/torchrun-jsc.md; a test keeps both in step
 # with the names the launcher reads.
 ENV_VARS: Tuple[Tuple[str, str], ...] = (
     ("TORCHRUN_JSC_NODE_RANK", "this node's rank (else SLURM_NODEID); setting it makes the "
@@ -40,6 +44,7 @@ examples:
   torchrun_jsc --nnodes="$SLURM_JOB_NUM_NODES" --nproc_per_node=4 \\
       --rdzv_backend=c10d --rdzv_endpoint=jwb0001i:29400 --rdzv_id="$SLURM_JOB_ID" train.py
   torchrun_jsc --standalone --nproc_per_node=2 train.py     # one node: runs torchrun unchanged
+  torchrun_jsc --version      # which torchrun_jsc this is (JSC's PyPI package has no --version)
   apptainer run image.sif torchrun_jsc --nnodes=2 ... train.py"""
 
 
@@ -51,13 +56,38 @@ def epilog() -> str:
     return f"environment variables:\n{rows}\n\n{EXAMPLES}"
 
 
+def version_text() -> str:
+    """What ``--version`` prints: this distribution, its version and where it was loaded from.
+
+    The command name ``torchrun_jsc`` is also the console script of JSC's own PyPI package
+    ``torchrun_jsc`` (HelmholtzAI-FZJ); whichever was installed last owns it. That one has no
+    ``--version`` (torch's parser answers with a usage error), so this line tells them apart.
+    """
+    where = Path(__file__).resolve().parent
+    return (f"{PROG} {__version__} ({DISTRIBUTION}, {where})\n"
+            f"not the PyPI package torchrun_jsc (HelmholtzAI-FZJ); accepts its CLI and "
+            f"TORCHRUN_JSC_* variables")
+
+
+def wants_version(argv: Sequence[str]) -> bool:
+    # Only as the first argument, before the torch import: later ones may be the training
+    # script's own --version (torch's parser, which has the flag too, tells those apart).
+    return bool(argv) and argv[0] == "--version"
+
+
 def parser(torch_run: ModuleType) -> argparse.ArgumentParser:
-    """torch's torchrun parser, named torchrun_jsc and with torchrun_jsc's epilog."""
+    """torch's torchrun parser, named torchrun_jsc, with torchrun_jsc's epilog and --version."""
     p = torch_run.get_args_parser()
     p.prog = PROG
     p.description = f"{DESCRIPTION}\n\n{p.description or ''}".rstrip()
     p.epilog = epilog()
     p.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the epilog's layout
+    if "--version" not in p._option_string_actions:  # never shadow a flag torch may add
+        # argparse %-formats the version string; REMAINDER keeps `train.py --version` the
+        # script's. No dest in the namespace (SUPPRESS), so the parsed values are torch's.
+        p.add_argument("--version", action="version",
+                       version=version_text().replace("%", "%%"),
+                       help="print which torchrun_jsc this is (distribution, version, path)")
     return p
 
 
