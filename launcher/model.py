@@ -41,7 +41,7 @@ class Requeue:
 
     signal: str = "USR2"  # without SIG; USR1 is left to NCCL
     before: int = 120  # seconds before the time limit (#SBATCH --signal=B:SIG@before)
-    max: int = 3  # requeues at most (SLURM_RESTART_COUNT counts them)
+    max: int = 3  # requeues at most (SLURM_RESTART_COUNT, psslurm: SLURM_JOB_RESTART_COUNT)
 
 
 @dataclass(frozen=True)
