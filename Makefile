@@ -44,9 +44,9 @@ LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/
 FORCE:
 
 # wildcard: a missing wheel is reported by build-image.sh in one line, not as "No rule to make".
-build/base-local.sif: containers/base-local.def $(wildcard $(TORCH_WHEEL))
+build/base-local.sif: containers/base-local.def containers/files/verbs_check.py $(wildcard $(TORCH_WHEEL))
 	$(BUILD_IMAGE) base local
-build/base-docker.sif: containers/base-docker.def build/docker-from.vars
+build/base-docker.sif: containers/base-docker.def containers/files/verbs_check.py build/docker-from.vars
 	$(BUILD_IMAGE) base docker
 build/docker-from.vars: FORCE
 	@mkdir -p build

@@ -277,10 +277,11 @@ cmd_base() {
         local)
             fill_torch_wheelhouse
             args=(--build-arg "MIRROR=$MIRROR" --build-arg "WHEELHOUSE=$build/wheelhouse/torch"
-                  --build-arg "TORCH_REQ=torch==$(basename "$TORCH_WHEEL" | cut -d- -f2)")
+                  --build-arg "TORCH_REQ=torch==$(basename "$TORCH_WHEEL" | cut -d- -f2)"
+                  --build-arg "FILES=$repo/containers/files")
             hint="could not build the local base: check http access to $MIRROR (MIRROR=... picks another Debian mirror)" ;;
         docker)
-            args=(--build-arg "FROM=$DOCKER_FROM")
+            args=(--build-arg "FROM=$DOCKER_FROM" --build-arg "FILES=$repo/containers/files")
             hint="could not fetch docker://$DOCKER_FROM: check registry access (or apptainer registry login), or build on the local base: make image BASE=local" ;;
         *) hint="could not build base '$name'" ;;
     esac
@@ -325,11 +326,20 @@ cmd_image() {
 
 cmd_horovod() {
     local name=${1:?base name} out=${2:-$repo/horovod.sif} base start gpu=none
+    if [ "$name" = docker ]; then
+        gpu=NCCL
+        # Horovod's NCCL operations compile against CUDA: the -runtime images have no nvcc and no
+        # NCCL headers, and the build would fail deep inside pip after minutes.
+        case ${DOCKER_FROM:-} in
+            *-devel*) ;;
+            *-runtime*) die "horovod with NCCL on BASE=docker needs a -devel base (nvcc, NCCL headers); DOCKER_FROM=$DOCKER_FROM is a -runtime one: make horovod-image BASE=docker DOCKER_FROM=${DOCKER_FROM/-runtime/-devel}" ;;
+            *) die "horovod with NCCL on BASE=docker needs a -devel base (nvcc, NCCL headers); DOCKER_FROM=${DOCKER_FROM:-unset} is not one: pick a pytorch/pytorch:...-devel tag" ;;
+        esac
+    fi
     preflight
     lock_or_skip "$out" || return 0
     base=$(base_sif "$name")
     [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make horovod-image builds it)"
-    [ "$name" = docker ] && gpu=NCCL
     fill_horovod_wheelhouse
     start=$(now)
     apptainer_build "$out" containers/horovod.def "could not build $out on $base" \
