@@ -53,7 +53,7 @@ sys.exit(f"no interface reaches MASTER_ADDR={host}")
 # The bash part: the same contract as modes.common.SOCKET_IFNAME (a user's value wins, NCCL's exact form).
 SOCKET_IFNAME_PY = f"""\
 if [ -z "${{GLOO_SOCKET_IFNAME:-}}" ]; then
-    dev=$(python3 - "$MASTER_ADDR" <<'PY'
+    dev=$(python3 -I - "$MASTER_ADDR" <<'PY'
 {PY_IFNAME}PY
 ) || exit 1
     export GLOO_SOCKET_IFNAME="$dev"

@@ -26,6 +26,11 @@ MIN_TORCH = "1.9"  # torchrun_jsc's own minimum
 Output = Literal["table", "json"]
 
 
+# -I (isolated, any Python 3 >= 3.4): neither the submit directory nor PYTHONPATH on sys.path,
+# so a user's json.py or launcher.py beside their program cannot replace what the check imports.
+PYTHON_ISOLATED = ("python3", "-I", "-c")
+
+
 def node_script() -> str:
     """One standard-library python3 script: ``python3 -c SCRIPT node|table|json ...``."""
     addresses = (HERE.parent / "torchrun_jsc" / "addresses.py").read_text(encoding="utf-8")
@@ -62,9 +67,9 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     # --ntasks-per-node=1 and start two listeners on the first node.
     step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), word("--ntasks=", Var("nnodes")),
                          "--ntasks-per-node=1", word("--cpus-per-task=", CPUS_PER_NODE),
-                         "python3", "-c", Var("doctor_py"), "node", *where, "--",
+                         *PYTHON_ISOLATED, Var("doctor_py"), "node", *where, "--",
                          *runtime.wrap([])]
-    collect: List[Token] = ["python3", "-c", Var("doctor_py"), output, *where, Var("hostnames"),
+    collect: List[Token] = [*PYTHON_ISOLATED, Var("doctor_py"), output, *where, Var("hostnames"),
                             Var("doctor_t0")]
     stmts: List[Statement] = [
         Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
