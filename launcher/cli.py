@@ -25,7 +25,8 @@ from launcher.model import JobSpec, Preflight, SpecError
 from launcher.spec import load_spec
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, \
     submit_warnings, write_script
-from launcher.venvjob import default_requirements, default_script, render_venv_job
+from launcher.venvjob import default_requirements, default_script, fill_wheelhouse, \
+    render_venv_job
 
 
 # The console script (pyproject.toml); ``python -m launcher`` passes its own name.
@@ -104,14 +105,23 @@ def _venv_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
     venv.add_argument("--pip-option", action="append", default=[], metavar="OPT",
                       help="extra pip install option, after site.venv_build.pip_options; "
                       "repeat it, and write values with '=', e.g. --pip-option=--no-index")
+    venv.add_argument("--wheelhouse", metavar="DIR",
+                      help="for compute nodes without internet (JSC): download the packages here, "
+                      "on the login node, into DIR (python3 -m pip download, python3 from PATH: "
+                      "load the job's modules first), then build offline from DIR "
+                      "(--no-index --find-links)")
     venv.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     venv.add_argument("-o", "--output", help="script path (default: SPEC's stem + .venv.job)")
     venv.usage = (f"{prog} venv [-h] [--requirements FILE] [--pip-option=OPT ...] "
-                  "[--dry-run | -o OUTPUT] spec [-- SBATCH_OPTION ...]")
+                  "[--wheelhouse DIR] [--dry-run | -o OUTPUT] spec [-- SBATCH_OPTION ...]")
 
 
 def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
-    text = render_venv_job(spec, args.requirements, args.pip_option)
+    options = list(args.pip_option)
+    house = os.path.abspath(args.wheelhouse) if args.wheelhouse else None
+    if house:
+        options = ["--no-index", f"--find-links={house}", *options]
+    text = render_venv_job(spec, args.requirements, options)
     if args.dry_run:
         sys.stdout.write(text)
         return
@@ -119,6 +129,8 @@ def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
     if not os.path.isfile(requirements):
         raise SpecError(spec.source, "--requirements", "file not found (relative to the "
                         "submit directory, where the build job starts)", requirements)
+    if house:
+        fill_wheelhouse(house, requirements, spec)
     script = args.output or default_script(spec)
     write_script(text, script)
     print(sbatch(script, args.sbatch_args))

@@ -16,7 +16,11 @@ the build they resolved; older builds are listed, not deleted.
 
 from __future__ import annotations
 
+import os
 import posixpath
+import shutil
+import subprocess
+import sys
 from pathlib import PurePosixPath
 from typing import List, Optional, Sequence
 
@@ -25,6 +29,7 @@ from launcher.model import JobSpec, Site, SpecError
 from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, expansion, \
     expansion_names, expansion_parts, join, literal_or_word, render_statement, require_vars, \
     sbatch_quote, word
+from launcher.submit import SubmitError
 
 MODULES_FILE = ".jsc-modules"
 PROXIES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -147,6 +152,30 @@ def render_venv_job(spec: JobSpec, requirements: Optional[str] = None,
     for block in blocks:
         lines += [render_statement(s) for s in block] + [""]
     return "\n".join(lines)
+
+
+def fill_wheelhouse(house: str, requirements: str, spec: JobSpec) -> None:
+    """Download what the build installs into HOUSE, here on the login node (JSC's compute nodes
+    have no internet), with the python3 on PATH: the job's modules loaded, it is the Python the
+    build job uses, so pip picks wheels for its version. pip's output goes to stderr; a failure
+    is one line (SubmitError) and nothing is submitted."""
+    python = shutil.which("python3")
+    if python is None:
+        raise SubmitError("venv --wheelhouse: no python3 on PATH to run pip download with "
+                          "(load the modules of site.modules first)")
+    packages = ["-r", requirements]
+    if spec.site.venv_build.horovod:
+        packages.append(spec.site.venv_build.horovod.package)
+    os.makedirs(house, exist_ok=True)
+    print(f"venv: downloading {requirements} into {house} with {python}", file=sys.stderr)
+    done = subprocess.run([python, "-m", "pip", "download", "--disable-pip-version-check",
+                           "--dest", house, *packages], stdout=sys.stderr, stderr=subprocess.PIPE,
+                          text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        sys.stderr.write(done.stderr)
+        raise SubmitError(f"venv --wheelhouse: pip download into {house} failed "
+                          f"(rc {done.returncode}): {last}")
 
 
 def default_script(spec: JobSpec) -> str:

@@ -194,3 +194,65 @@ def test_run_job_warns_when_the_venv_modules_differ(tmp_path, recorded, warned):
                 "[Stages/2025 GCC 13] (my venv/.jsc-modules): rebuild it with jsc-compose venv"]
     assert lines == (expected if warned else [])
     assert len(fakes.records("python3")) == 2  # warned, not failed
+
+
+def make_wheel(where: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel (a zip with the metadata pip reads), no build tools needed."""
+    import zipfile
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": "VALUE = 42\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{dist}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist}/RECORD,,\n"
+    path = where / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+@pytest.mark.ring2
+@pytest.mark.slow  # builds a venv
+def test_wheelhouse_download_on_login_node_then_offline_build(tmp_path, build_env):
+    """JSC's compute nodes have no internet: `venv --wheelhouse DIR` downloads on the login node
+    (here: python3 sees the 'internet', a find-links directory, only when it runs pip download)
+    and the build job installs with --no-index from DIR alone."""
+    internet = tmp_path / "internet"
+    internet.mkdir()
+    make_wheel(internet, "jsctoy", "1.0")
+    login = tmp_path / "login-bin"
+    login.mkdir()
+    real = Path(sys.executable).resolve()
+    (login / "python3").write_text(
+        "#!/bin/bash\n"
+        f'if [ "$1 $2 $3" = "-m pip download" ]; then export PIP_FIND_LINKS={internet}; fi\n'
+        f'exec {real} "$@"\n')
+    (login / "python3").chmod(0o755)
+    env = dict(build_env, PATH=f"{login}:{build_env['PATH']}")
+    (tmp_path / "requirements.txt").write_text("jsctoy==1.0\n")
+    (tmp_path / "t.yaml").write_text("job: {nodes: 1}\nsite: {venv: .venv}\nprogram: [x]\n")
+    house = tmp_path / "wheels $(touch pwned)"
+    done = _cli(env, tmp_path, "t.yaml", f"--wheelhouse={house}")
+    assert (done.returncode, done.stdout) == (0, "4242\n"), done.stderr
+    assert [p.name for p in house.iterdir()] == ["jsctoy-1.0-py3-none-any.whl"]
+    script = (tmp_path / "t.venv.job").read_text()
+    assert "--no-index" in script and "--find-links=" in script
+    log = (tmp_path / "log" / "job-4242.out").read_text()
+    assert fake.records(tmp_path / "log", "sbatch-done")[0]["rc"] == 0, log
+    value = subprocess.run([str(tmp_path / ".venv" / "bin" / "python"), "-c",
+                            "import jsctoy; print(jsctoy.VALUE)"], capture_output=True, text=True)
+    assert value.stdout == "42\n", value.stderr
+    assert not list(tmp_path.rglob("pwned"))
+
+
+@pytest.mark.ring2
+def test_wheelhouse_download_failure_is_one_line_and_submits_nothing(tmp_path, build_env):
+    (tmp_path / "requirements.txt").write_text("no-such-package-jsc-test==1.0\n")
+    (tmp_path / "t.yaml").write_text("job: {nodes: 1}\nsite: {venv: .venv}\nprogram: [x]\n")
+    done = _cli(build_env, tmp_path, "t.yaml", "--wheelhouse=w")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"venv --wheelhouse: pip download into {tmp_path / 'w'} failed (rc 1): "), last
+    assert not fake.records(tmp_path / "log", "sbatch")
+    assert not (tmp_path / "t.venv.job").exists()
