@@ -62,7 +62,7 @@ def _header(spec: JobSpec, version: str) -> List[str]:
 
 
 def expanded_names(spec: JobSpec) -> List[str]:
-    """Every variable the spec's values expand at run time (docs/spec-values.md), sorted."""
+    """Every variable the spec's values expand at run time (docs/guide/spec-values.md), sorted."""
     rt = spec.runtime
     values = [*spec.program, rt.image or "", rt.cache_dir or "", spec.site.venv or ""]
     values += [path for b in rt.binds for path in (b.source, b.target)]

@@ -268,7 +268,7 @@ def test_ray_killed_raylet(slurm, shared_tmp):
 
 def test_ray_node_missing(slurm, shared_tmp):
     """A node whose agent never starts Ray: one line naming it after launch.join_timeout."""
-    hold = ('if [ "$SLURM_NODEID" = 1 ]; then exec sleep 300; fi; '
+    hold = ('if [ "$$SLURM_NODEID" = 1 ]; then exec sleep 300; fi; '
             'exec python3 -m launcher.ray_node "$@"')
     job = write_spec(shared_tmp, "ray_missing", ["python3", "-c", "print('DRIVER RAN')"],
                      "  join_timeout: 10\n", command=["bash", "-c", hold, "agent"])

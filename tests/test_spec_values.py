@@ -147,14 +147,29 @@ def test_no_expansion_leaves_goldens_alone():
      "x.yaml: runtime.image: only $NAME and ${NAME} are expanded"),
     (ONE + "site: {venv_build: {requirements: '$SCRATCH/req.txt'}}",
      "x.yaml: site.venv_build.requirements: is used literally: '$VAR' and '~' are not "
-     "expanded here; write the value itself (docs/spec-values.md lists the keys that expand "
+     "expanded here; write the value itself (docs/guide/spec-values.md lists the keys that expand "
      "them), got '$SCRATCH/req.txt'"),
     (ONE + "runtime: {kind: apptainer, image: i.sif, binds: [data/x]}",
      "x.yaml: runtime.binds[0].source: source path must be absolute (or start with $VAR or "
      "~, expanded on the node), got 'data/x'"),
+    # Expanded once, by the batch script: a per-task value would be the first task's everywhere.
+    (ONE.replace("[x]", "[x, --rank, $SLURM_PROCID]"),
+     "x.yaml: program[2]: $SLURM_PROCID differs between tasks and nodes, but the spec's $VARs "
+     "are expanded once, in the batch script on the first node: read SLURM_PROCID in your "
+     "program (os.environ), or write '$$SLURM_PROCID' for a literal '$', got '$SLURM_PROCID'"),
+    (ONE.replace("[x]", "[x, '--out=${SCRATCH}/run-${LOCAL_RANK}']"),
+     "x.yaml: program[1]: $LOCAL_RANK differs between tasks and nodes"),
+    (ONE + "launch: {command: [bash, -c, 'echo $SLURM_NODEID']}",
+     "x.yaml: launch.command[2]: $SLURM_NODEID differs between tasks and nodes"),
 ])
 def test_expansion_traps_are_one_line(text, expected):
     assert error(text).startswith(expected)
+
+
+def test_per_task_names_pass_literally_with_a_double_dollar():
+    text = render_jobscript(parse(ONE.replace("[x]", "[x, --rank=$$SLURM_PROCID, $SLURM_JOB_ID]")))
+    assert "'--rank=$SLURM_PROCID'" in text  # literal for the program (or a shell it starts)
+    assert '"${SLURM_JOB_ID}"' in text       # the same on every node: expanded
 
 
 def test_venv_build_expands_venv_pip_options_and_nccl_home():
