@@ -345,10 +345,15 @@ def _slurm_argument(line: str) -> str:
     return "".join(out)
 
 
+def is_ifname_probe(argv: List[str]) -> bool:
+    """pyxis' interface probe (launcher/ifname.py): `python3 -I - MASTER_ADDR` reading stdin."""
+    return argv[:2] == ["-I", "-"]
+
+
 def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
     _record(prog, argv)
-    if prog == "python3" and argv[:1] == ["-"]:  # pyxis' interface probe (launcher/ifname.py)
+    if prog == "python3" and is_ifname_probe(argv):
         print(os.environ.get("FAKE_IFNAME", "ib0"))
         return 0
     if prog.startswith("torchrun") and "--no-python" in argv:
