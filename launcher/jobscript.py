@@ -84,6 +84,8 @@ def site_lines(spec: JobSpec) -> List[Statement]:
     if site.modules or site.venv:
         out.append(Raw("set +u  # module and venv activation scripts are not written for set -u"))
         if site.modules:
+            if site.module_purge:
+                out.append(Raw("module purge  # site.module_purge: only site.modules below"))
             out.append(Raw(join(["module", "load", *site.modules])))
         if site.venv:
             out += [Raw("# shellcheck source=/dev/null"),
@@ -96,7 +98,26 @@ def site_lines(spec: JobSpec) -> List[Statement]:
         nccl = f"={site.socket_ifname}" if plain else site.socket_ifname
         out += [Assign("GLOO_SOCKET_IFNAME", site.socket_ifname.lstrip("="), export=True),
                 Assign("NCCL_SOCKET_IFNAME", nccl, export=True)]
-    return out + [Assign(name, value, export=True) for name, value in site.env]
+    values = [Assign(name, value, export=True) for name, value in site.env
+              if name not in site.env_defaults]
+    if site.env_defaults:
+        values.append(Raw(f"# Site profile {site.profile}'s defaults: a value the job's "
+                          "environment (e.g. a module) has is kept."))
+        values += [_default_line(name, value) for name, value in site.env
+                   if name in site.env_defaults]
+    return out + values
+
+
+_PLAIN_DEFAULT = re.compile(r"[A-Za-z0-9._,:/+@%-]*\Z")
+
+
+def _default_line(name: str, value: str) -> Raw:
+    """``export NAME="${NAME:-value}"``. Only the built-in profiles have defaults (model
+    SITE_PROFILES), and their values are plain words: anything else is a bug here."""
+    if not _PLAIN_DEFAULT.match(value):
+        raise ValueError(f"site profile default {name}={value!r} is not a plain word")
+    Var(name)  # validates the name
+    return Raw(f'export {name}="${{{name}:-{value}}}"')
 
 
 def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:

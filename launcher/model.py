@@ -87,6 +87,11 @@ class Site:
     venv: Optional[str] = None
     env: Tuple[Tuple[str, str], ...] = ()  # exported by every job, e.g. NCCL_IB_GID_INDEX
     venv_build: VenvBuild = VenvBuild()
+    # Names in env that are the profile's defaults: exported only when the job's environment
+    # (a module, the submit environment) has no value for them: NAME="${NAME:-value}".
+    env_defaults: Tuple[str, ...] = ()
+    module_purge: bool = False  # `module purge` before `module load` (only with modules)
+    mpi_plugin: str = "pmix"  # launch.mpi_plugin's default under this profile
 
 
 @dataclass(frozen=True)
@@ -152,10 +157,33 @@ class JobSpec:
     program: Tuple[str, ...]
 
 
-# Built-in site profiles. JSC: nodes reach each other through `<hostname>i`. The socket
-# interface is left unset on purpose: torchrun_jsc picks the one that routes to the endpoint.
+# Built-in site profiles: each fact below carries its source; every one can be overridden in
+# the spec (docs/reference/spec.md, "site").
+#
+# JSC (JUWELS, JURECA, JUSUF: Slurm with psslurm instead of slurmd):
+# - hostname_suffix "i": nodes reach each other through `<hostname>i` (the InfiniBand names).
+#   The socket interface is left unset on purpose: torchrun_jsc picks the one that routes to
+#   the endpoint.
+# - mpi_plugin "pspmix": psslurm serves PMIx to a step only when PSSLURM_PMI_TYPE=pmix, which
+#   ParaStation's srun-side plugin sets for --mpi=pspmix; SLURM_MPI_TYPE=pmix (--mpi=pmix) is
+#   ignored, so every rank would start as an MPI singleton. Sources: ParaStation/psmgmt
+#   plugins/psslurm/src/psslurm/psslurmenv.c getPMIType(), plugins/pspmix/slurm/mpi_pspmix.c
+#   (setenvf(env, "PSSLURM_PMI_TYPE", "pmix")). Override: launch.mpi_plugin.
+# - module_purge: start site.modules from a clean module environment (`module purge`, then
+#   the Stage and its modules), as JSC's user guidance does and as launcher.venvjob builds the
+#   venv, so that the run job loads the set the venv was built with, not that plus whatever
+#   the submit shell had loaded. Override: site.module_purge.
+# - env defaults against InfiniBand retry timeouts under DragonFly+ congestion, as public
+#   JUWELS Booster recipes set them: NCCL_IB_TIMEOUT=50, NCCL_IB_RETRY_CNT=10 (NCCL,
+#   docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html) and UCX_RC_TIMEOUT=4s (UCX).
+#   Exported only where the job's environment (a site module) has no value; site.env or
+#   env.set override them.
+JSC_ENV_DEFAULTS = (("NCCL_IB_RETRY_CNT", "10"), ("NCCL_IB_TIMEOUT", "50"),
+                    ("UCX_RC_TIMEOUT", "4s"))
 SITE_PROFILES = {
-    "jsc": Site("jsc", hostname_suffix="i"),
+    "jsc": Site("jsc", hostname_suffix="i", env=JSC_ENV_DEFAULTS,
+                env_defaults=tuple(n for n, _ in JSC_ENV_DEFAULTS), module_purge=True,
+                mpi_plugin="pspmix"),
     "generic": Site("generic"),
 }
 

@@ -47,14 +47,15 @@ def parse_spec(text: str, file: str) -> JobSpec:
     r = Reader(file)
     top = r.mapping("", data if data is not None else {}, _TOP, required=("job", "program"))
     job = _load_job(r, top["job"], Path(file).stem)
-    launch = _load_launch(r, top.get("launch", {}), job)
+    site = load_site(r, top.get("site", "generic"))  # before launch: it has the defaults
+    launch = _load_launch(r, top.get("launch", {}), job, site.mpi_plugin)
     program = tuple(expandable(r, f"program[{i}]", arg) for i, arg in
                     enumerate(r.strings("program", top["program"], empty=True)))  # "" is valid
     if not program or not program[0]:
         raise r.fail("program", "must name a command, e.g. [python3, train.py]",
                      list(program))
-    site, env = load_site(r, top.get("site", "generic")), load_env(r, top.get("env", {}))
-    check_site_env(r, site, env)
+    env = load_env(r, top.get("env", {}))
+    site = check_site_env(r, site, env)
     return JobSpec(source=file, job=job, site=site, env=env,
                    runtime=load_runtime(r, top.get("runtime", {"kind": "bare"})),
                    launch=launch, program=program)
@@ -145,7 +146,8 @@ def _load_sbatch(r: Reader, value: Any
     return tuple(sorted(out)), tuple(sorted(off))
 
 
-def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
+def _load_launch(r: Reader, value: Any, job: Job, mpi_plugin: str = Launch.mpi_plugin
+                 ) -> Launch:
     m = r.mapping("launch", value, _LAUNCH)
     name = r.choice("launch.mode", m.get("mode", "torchrun"), MODE_NAMES)
     mode = mode_for(name)
@@ -165,7 +167,7 @@ def _load_launch(r: Reader, value: Any, job: Job) -> Launch:
         rdzv_port=None if port is None else r.integer("launch.rdzv_port", port, 1, 65535),
         max_restarts=r.integer("launch.max_restarts", m.get("max_restarts", 0), 0, 1000),
         mpi=cast(MpiLauncher, mpi),
-        mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", "pmix"), _PLUGIN,
+        mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", mpi_plugin), _PLUGIN,
                               "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"),
         preflight=load_preflight(r, m.get("preflight")),
         options=tuple(sorted(options.items())),

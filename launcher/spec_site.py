@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Optional
+from dataclasses import replace
+from typing import Any, List, Optional
 
-from launcher.model import SITE_PROFILES, Env, Horovod, Site, VenvBuild
+from launcher.model import SITE_PROFILES, Env, Horovod, JobSpec, Site, VenvBuild
 from launcher.spec_env import load_values
 from launcher.spec_values import anchored, expandable, literal
 from launcher.yamlread import Reader
 
-_SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "venv", "env", "venv_build")
+_SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "module_purge", "venv", "env",
+         "venv_build")
 _BUILD = ("requirements", "pip_options", "horovod")
 _HOROVOD = ("nccl_home", "package")
 _IFNAME = re.compile(r"[A-Za-z0-9_.,:=^-]+\Z")
@@ -33,6 +35,12 @@ def load_site(r: Reader, value: Any) -> Site:
     suffix = m.get("hostname_suffix", base.hostname_suffix)
     ifname = m.get("socket_ifname", base.socket_ifname)
     modules = m.get("modules")
+    purge = m.get("module_purge", base.module_purge)
+    if not isinstance(purge, bool):
+        raise r.fail("site.module_purge", "must be true or false", purge)
+    env = load_values(r, "site.env", m["env"]) if "env" in m else ()
+    # The profile's values are defaults: a name in the spec's site.env replaces its default.
+    defaults = tuple((n, v) for n, v in base.env if n not in dict(env))
     return Site(
         profile=name,
         hostname_suffix=suffix if suffix == "" else r.matching(
@@ -42,8 +50,11 @@ def load_site(r: Reader, value: Any) -> Site:
         modules=base.modules if modules is None else r.strings("site.modules", modules,
                                                                 newline=False),
         venv=_venv(r, m.get("venv", base.venv)),
-        env=load_values(r, "site.env", m["env"]) if "env" in m else base.env,
+        env=tuple(sorted(env + defaults)),
         venv_build=_venv_build(r, m.get("venv_build", {})),
+        env_defaults=tuple(n for n, _ in defaults if n in base.env_defaults),
+        module_purge=purge,
+        mpi_plugin=base.mpi_plugin,
     )
 
 
@@ -84,10 +95,33 @@ def _horovod(r: Reader, value: Any) -> Horovod:
                                                     newline=False))
 
 
-def check_site_env(r: Reader, site: Site, env: Env) -> None:
-    """A name in site.env may not also be set or passed by the env section: keep one."""
+def check_site_env(r: Reader, site: Site, env: Env) -> Site:
+    """A name in site.env may not also be set or passed by the env section: keep one. The
+    profile's defaults give way instead: to env.set/prepend/append (the spec's value), and to
+    env.pass (the submit environment's value, when it has one). Returns the site to use."""
     taken = set(env.names) | set(env.passthrough)
     for name, _ in site.env:
-        if name in taken:
+        if name in taken and name not in site.env_defaults:
             raise r.fail(f"site.env.{name}", "is also set in env.set, env.prepend, env.append "
                          "or env.pass; keep one")
+    dropped = set(env.names) & set(site.env_defaults)
+    if not dropped:
+        return site
+    return replace(site, env=tuple(p for p in site.env if p[0] not in dropped),
+                   env_defaults=tuple(n for n in site.env_defaults if n not in dropped))
+
+
+def site_warnings(spec: JobSpec) -> List[str]:
+    """Valid specs the site's documented facts say will likely fail: one line each (`check`,
+    `submit`). JSC's default MPI is ParaStation MPI; the mpirun modes run the host's mpirun
+    with Open MPI's options (--map-by ppr:N:node --bind-to none --tag-output)."""
+    launch = spec.launch
+    mpirun = launch.mode == "mpirun_torchrun" or (launch.mode == "horovod" and
+                                                  launch.mpi == "mpirun")
+    if spec.site.profile != "jsc" or not mpirun or \
+            any("openmpi" in m.lower() for m in spec.site.modules):
+        return []
+    return [f"{spec.source}: site.modules: warning: mode {launch.mode} runs the host's mpirun "
+            "with Open MPI options, but JSC's default MPI is ParaStation MPI: load an Open MPI "
+            "module in site.modules (`module spider OpenMPI` lists them; for Horovod its major "
+            "version must match the image's Open MPI)"]

@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from launcher.model import JobSpec, SpecError
 from launcher.shell import Var, expansion_parts
+from launcher.spec_site import site_warnings
 
 
 class SubmitError(Exception):
@@ -80,8 +81,9 @@ def local_image_path(image: str, env: Mapping[str, str], cwd: str) -> Optional[s
 def submit_warnings(spec: JobSpec, env: Mapping[str, str], cwd: str,
                     submitting: bool = False) -> List[str]:
     """Lines for stderr: an image file missing where the spec says, a node-local submit
-    directory (the compute nodes cannot see it: the job would die without a log)."""
-    out = []
+    directory (the compute nodes cannot see it: the job would die without a log), and the
+    site profile's warnings (spec_site.site_warnings)."""
+    out = site_warnings(spec)
     image = spec.runtime.image
     path = None if image is None or spec.runtime.kind == "bare" else \
         local_image_path(image, env, cwd)

@@ -125,7 +125,7 @@ def test_each_mode_and_runtime_argv():
     assert srun.task_env.startswith(RANKS_FROM_SLURM)
     assert "--ntasks-per-node=2" in srun.starter
     hvd = plan_launch(spec_of(base + "launch: {mode: horovod}"))[1]
-    assert "--mpi=pmix" in hvd.starter
+    assert "--mpi=pspmix" in hvd.starter  # site jsc: psslurm's PMIx (model.SITE_PROFILES)
     assert hvd.task == ("bash", "-c", Var("task_env"), "task", "python3", "t.py")
     assert "OMPI_MCA_btl_tcp_if_include" in hvd.task_env
     assert not hvd.task_env.startswith(RANKS_FROM_SLURM)

@@ -3,16 +3,54 @@
 Each rank contributes rank + 1 (sum n(n+1)/2); after one optimizer step on rank-specific
 data the parameters must be identical on every rank. Rank 0 prints one line
 `HOROVOD_OK size=N sum=S controller=mpi|gloo params_identical=True`.
-"""
-import sys
 
-import horovod.torch as hvd
-import torch
+A rank whose MPI did not find the launcher's PMI server starts as a singleton (size 1, rank
+0): N such ranks would each pass on their own. So hvd.size() must equal the number of tasks
+the launcher started (expected_size), read from the environment before hvd.init() (MPI_Init
+may set OMPI_COMM_WORLD_SIZE=1 itself in a singleton).
+"""
+import os
+import sys
+from typing import Mapping, Optional, Tuple
+
+# Who set the count, most specific first: Open MPI's mpirun (under Slurm its srun step holds
+# one daemon per node, so SLURM_* counts daemons, not ranks), horovodrun, then Slurm's step.
+LAUNCHER_SIZES = ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "SLURM_STEP_NUM_TASKS",
+                  "SLURM_NTASKS")
+
+
+def expected_size(env: Mapping[str, str]) -> Optional[Tuple[str, int]]:
+    """(variable, tasks the launcher started), or None when no launcher said."""
+    for name in LAUNCHER_SIZES:
+        text = env.get(name, "").strip()
+        if text.isdigit():
+            return name, int(text)
+    return None
+
+
+def size_mismatch(size: int, env: Mapping[str, str]) -> Optional[str]:
+    """One line when hvd.size() differs from the launcher's task count, else None."""
+    found = expected_size(env)
+    if found is None or found[1] == size:
+        return None
+    name, tasks = found
+    hint = " (each rank is an MPI singleton: MPI_Init found no PMI server; with srun pass the " \
+        "site's --mpi plugin, e.g. pspmix under psslurm)" if size == 1 else ""
+    return f"HOROVOD_FAIL hvd.size()={size} but the launcher started {tasks} tasks " \
+        f"({name}={tasks}){hint}"
 
 
 def main() -> int:
+    launched = dict(os.environ)  # before MPI_Init can add to it
+    import horovod.torch as hvd
+    import torch
+
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
+    mismatch = size_mismatch(size, launched)
+    if mismatch:
+        print(f"{mismatch} rank={rank}", file=sys.stderr)
+        return 1
     total = hvd.allreduce(torch.tensor([float(rank + 1)]), op=hvd.Sum).item()
     expected = size * (size + 1) / 2
 

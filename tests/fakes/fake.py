@@ -80,7 +80,8 @@ RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", 
                 "OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE", "PMIX_MCA_gds",
                 "NCCL_SOCKET_IFNAME", "PATH", "LD_LIBRARY_PATH", "HOSTILE_LIST",
                 "REQUEUE_SIGNAL", "REQUEUE_MARKER", "TORCHRUN_JSC_FORWARD_SIGNALS",
-                "SLURM_RESTART_COUNT", "SLURM_JOB_RESTART_COUNT", "SLURM_CPUS_PER_TASK")
+                "SLURM_RESTART_COUNT", "SLURM_JOB_RESTART_COUNT", "SLURM_CPUS_PER_TASK",
+                "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "UCX_RC_TIMEOUT")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
