@@ -43,6 +43,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from launcher.gpu import select_device
 from launcher.requeue import StopRequest
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -218,12 +219,12 @@ def main(argv: list[str] | None = None) -> None:
         # Stopping without a checkpoint would requeue a job that starts over: refuse.
         raise SystemExit(f"ddp_train.py: REQUEUE_SIGNAL={stop.signal.name} needs --checkpoint-dir")
     rank, world, local_rank = read_env()
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    # One visible GPU: cuda:0; several: cuda:LOCAL_RANK; GPUs requested but not usable: one
+    # line and exit, never a silent CPU run (launcher/gpu.py).
+    device = select_device(torch, dict(os.environ, LOCAL_RANK=str(local_rank)))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
     if args.checkpoint_dir and rank == 0:
         os.makedirs(args.checkpoint_dir, exist_ok=True)
     dist.init_process_group(backend, rank=rank, world_size=world,

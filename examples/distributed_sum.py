@@ -67,12 +67,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     import torch.distributed as dist
 
+    from launcher.gpu import select_device
+
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(raw)
-    cuda = torch.cuda.is_available()
+    # One visible GPU: cuda:0 (psslurm binds each task to one); several: cuda:LOCAL_RANK;
+    # GPUs requested but not usable: one line and exit, never a silent CPU run.
+    device = select_device(torch)
+    cuda = device.type == "cuda"
     backend = "nccl" if cuda else "gloo"
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method="env://",

@@ -38,9 +38,11 @@ def distributed_sum() -> Dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    cuda = torch.cuda.is_available()
+    from launcher.gpu import select_device
+
+    device = select_device(torch)  # cuda:0 or cuda:LOCAL_RANK; never a silent CPU run
+    cuda = device.type == "cuda"
     backend = "nccl" if cuda else "gloo"
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method="env://",

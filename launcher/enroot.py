@@ -101,6 +101,30 @@ for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | 
 done"""
 
 
+# The per-user cache directory (launcher.runtimes.cache_lines), made on the node: never
+# followed through a link or taken over from another user (a planted Triton kernel would run
+# in this user's job). Enroot mounts it at its own path over the container's private /tmp;
+# pyxis binds the host's /tmp itself.
+CACHE_DIR = """\
+cache=${TORCHRUN_JSC_CACHE:-}
+if [ -n "$cache" ]; then
+    mkdir -p -m 700 -- "$cache"
+    if [ -L "$cache" ] || [ ! -O "$cache" ]; then
+        echo "TORCHRUN_JSC_CACHE=$cache on $(hostname) is a link or not this user's: set TORCHRUN_JSC_CACHE to a directory of your own" >&2
+        exit 1
+    fi
+fi
+"""
+CACHE_MOUNT = """\
+case "${TORCHRUN_JSC_CACHE:-}" in *[[:space:]:,]*)
+    echo "enroot cannot mount TORCHRUN_JSC_CACHE=$TORCHRUN_JSC_CACHE (it contains whitespace, ':' or ',')" >&2
+    exit 1 ;;
+esac
+""" + CACHE_DIR + """\
+[ -z "$cache" ] || pass+=(--mount "$cache:$cache")
+"""
+
+
 # pyxis unpacks a named container in place too (`enroot create --name pyxis_NAME`, listed while
 # it extracts) and reuses whatever it finds under that name: a job cancelled while pyxis
 # unpacked left a partial tree that the next job started (seen in the lab: torch without its
@@ -112,6 +136,7 @@ done"""
 PYXIS_MARKER = "/.torchrun-jsc-created"
 PYXIS_SETUP = r"""set -euo pipefail
 image=$1 name=pyxis_$2 keep=$3 host=$(hostname)
+CACHE_DIR
 plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p') || plugstack=""
 if [ -n "$plugstack" ] && grep -rqs -- "container_scope=job" "${plugstack%/*}"; then
     echo "pyxis: container_scope=job, pyxis creates and removes the container per job"
@@ -151,17 +176,20 @@ for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | 
     echo "pyxis: removing $dir (an older image) on $host"
     enroot remove -f -- "$dir" >/dev/null
 done""".replace("MARKER", PYXIS_MARKER)
+PYXIS_SETUP = PYXIS_SETUP.replace("CACHE_DIR\n", CACHE_DIR)
 
-def start_script(names: Sequence[str]) -> str:
+
+def start_script(names: Sequence[str], cache: bool = False) -> str:
     """Run in each task: forward by name the variables of ``names`` (names or PREFIX*) that
     are set in this task (`--env NAME` of an unset NAME would set it empty), and give the
-    container exactly the GPUs Slurm gave the task (`void` when none, never `all`)."""
+    container exactly the GPUs Slurm gave the task (`void` when none, never `all`).
+    ``cache``: make and mount TORCHRUN_JSC_CACHE (CACHE_MOUNT)."""
     return ("set -euo pipefail\n"
             'export NVIDIA_VISIBLE_DEVICES="${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-void}}"\n'
             "pass=()\n"
             "for name in $(compgen -e); do\n"
             f'    case "$name" in {case_patterns(names)}) pass+=(--env "$name") ;; esac\n'
-            "done\n"
+            "done\n" + (CACHE_MOUNT if cache else "") +
             'exec enroot start "${pass[@]}" "$@"')
 
 

@@ -18,6 +18,49 @@ from launcher.shell import Assign, Raw, Statement, Token, Var, anchored, expansi
 from launcher.model import Bind, JobSpec, Runtime
 
 PWD = Var("PWD")
+DRIVER_CAPS = "NVIDIA_DRIVER_CAPABILITIES"
+# Enroot and pyxis: the image's root is read-only (Enroot) and $HOME is not mounted (Enroot's
+# ENROOT_MOUNT_HOME defaults to no), so the usual caches (~/.cache, ~/.triton) fail with EROFS.
+# They go to a node-local per-user directory unless the user or site set them.
+CACHE_ROOT = "TORCHRUN_JSC_CACHE"
+CACHE_NAMES = (CACHE_ROOT, "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME", "TORCH_HOME",
+               "PIP_CACHE_DIR")
+# What pyxis must not let the container's environment (an image ENV, Enroot's hooks such as
+# 50-slurm-pytorch.sh) override in the task: the kit's rendezvous and socket interface.
+KIT_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+             "NVIDIA_VISIBLE_DEVICES")
+_GPU_SBATCH = ("gpus", "G", "gpus-per-task", "gpus-per-socket")
+
+
+def gpus_requested(spec: JobSpec) -> bool:
+    """job.gpus_per_node, or a GPU option in job.sbatch."""
+    return spec.job.gpus_per_node > 0 or any(k in _GPU_SBATCH for k, _ in spec.job.sbatch)
+
+
+def gpu_lines(spec: JobSpec) -> List[Statement]:
+    """Enroot's nvidia hook gives an image without NVIDIA_DRIVER_CAPABILITIES only `utility`:
+    no libcuda, torch sees no GPU and a job that falls back to CPU says nothing. Ask for
+    compute unless the site or the user chose (env.set, site.env or the submit environment)."""
+    if not gpus_requested(spec):
+        return []
+    return [Raw("# Enroot's nvidia hook: an image without NVIDIA_DRIVER_CAPABILITIES gets only "
+                "`utility` (no libcuda)."),
+            Raw(f'export {DRIVER_CAPS}="${{{DRIVER_CAPS}:-compute,utility}}"')]
+
+
+def cache_lines() -> List[Statement]:
+    """The caches' variables, each only where unset (docs/guide/runtimes.md: Caches)."""
+    return [
+        Raw("# Caches: the container's root is read-only and $HOME is not mounted, so Triton "
+            "(torch.compile),\n# Hugging Face, torch hub and pip write to a node-local "
+            "per-user directory unless set."),
+        Raw(f'export {CACHE_ROOT}="${{{CACHE_ROOT}:-/tmp/torchrun-jsc-cache-$UID}}"'),
+        Raw(f'export XDG_CACHE_HOME="${{XDG_CACHE_HOME:-${CACHE_ROOT}}}"'),
+        Raw('export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$XDG_CACHE_HOME/triton}" '
+            'HF_HOME="${HF_HOME:-$XDG_CACHE_HOME/huggingface}" \\\n'
+            '    TORCH_HOME="${TORCH_HOME:-$XDG_CACHE_HOME/torch}" '
+            'PIP_CACHE_DIR="${PIP_CACHE_DIR:-$XDG_CACHE_HOME/pip}"'),
+    ]
 
 @dataclass(frozen=True)
 class ContainerRuntime:
@@ -90,6 +133,7 @@ class Enroot(ContainerRuntime):
         path, lines = enroot.data_path_word(self.config.data_path or enroot.DEFAULT_DATA_PATH)
         out += [Raw(line) for line in lines]
         out.append(Assign("ENROOT_DATA_PATH", path, export=True))
+        out += gpu_lines(self.spec) + cache_lines()
         out += _stamped_name(self.config.container_name, self.config.image)
         run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \
             else Var("enroot_name")
@@ -97,7 +141,7 @@ class Enroot(ContainerRuntime):
                 Raw("# shellcheck disable=SC2016  # expanded on each node and task, not here"),
                 Assign("enroot_setup", enroot.SETUP),
                 Raw("# shellcheck disable=SC2016"),
-                Assign("enroot_start", enroot.start_script(self._names()))]
+                Assign("enroot_start", enroot.start_script(self._names(), cache=True))]
         return out
 
     def _names(self) -> List[str]:
@@ -105,7 +149,10 @@ class Enroot(ContainerRuntime):
         exports (env.set, site.env, the site's socket interface, the task script's, the
         requeue protocol's) and env.pass."""
         names = set(enroot.TASK_NAMES) | set(self.spec.env.names) \
-            | {n for n, _ in self.spec.site.env} | set(self._requeue_names())
+            | {n for n, _ in self.spec.site.env} | set(_requeue_names(self.spec)) \
+            | set(CACHE_NAMES)
+        if gpus_requested(self.spec):
+            names.add(DRIVER_CAPS)
         if self.spec.site.socket_ifname:
             names |= {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
         return sorted(names | set(self.spec.env.passthrough))
@@ -131,11 +178,12 @@ class Enroot(ContainerRuntime):
     def inherits_env(self) -> bool:
         return False
 
-    def _requeue_names(self) -> Sequence[str]:
-        # Exported by launcher.requeue_script; read by torchrun_jsc and launcher.requeue.
-        if self.spec.job.requeue is None:
-            return ()
-        return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)
+
+def _requeue_names(spec: JobSpec) -> Sequence[str]:
+    # Exported by launcher.requeue_script; read by torchrun_jsc and launcher.requeue.
+    if spec.job.requeue is None:
+        return ()
+    return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)
 
 
 class Pyxis(ContainerRuntime):
@@ -148,7 +196,22 @@ class Pyxis(ContainerRuntime):
                     Assign("pyxis_setup", enroot.PYXIS_SETUP)]
         # pyxis hands the step's environment to Enroot's hooks: the GPUs Slurm gave the job on
         # this node, never the image's `all`, `void` when none.
-        return out + [Raw('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}"')]
+        out += [Raw('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}"')]
+        # A --container-env given on the command line replaces the site's or user's
+        # PYXIS_CONTAINER_ENV: keep those names too.
+        out += gpu_lines(self.spec) + cache_lines()
+        return out + [Raw('pyxis_env_more="${PYXIS_CONTAINER_ENV:+,$PYXIS_CONTAINER_ENV}"')]
+
+    def container_env(self) -> List[str]:
+        """The names whose task value pyxis keeps over the container's environment: the
+        kit's rendezvous, socket interfaces and GPU selection, the caches, the requeue
+        protocol's, every name the spec or site exports and env.pass's exact names."""
+        names = set(KIT_NAMES) | set(CACHE_NAMES) | set(self.spec.env.names) \
+            | {n for n, _ in self.spec.site.env} | set(_requeue_names(self.spec)) \
+            | {n for n in self.spec.env.passthrough if "*" not in n}
+        if gpus_requested(self.spec):
+            names.add(DRIVER_CAPS)
+        return sorted(names)
 
     def setup_argv(self) -> List[Token]:
         # A local image: the kit creates pyxis' container on each node (enroot.PYXIS_SETUP).
@@ -174,6 +237,8 @@ class Pyxis(ContainerRuntime):
                 parts += ["," if mounts else "", PWD, ":", PWD]
             out.append(literal_or_word(*parts))
         out.append(word("--container-workdir=", PWD))
+        out.append(word("--container-env=" + ",".join(self.container_env()),
+                        Var("pyxis_env_more")))
         if _local_squashfs(image) is not None:
             out.append(word("--container-name=", Var("enroot_name")))
         else:

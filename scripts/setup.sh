@@ -21,7 +21,8 @@ apt_stamp=$root/var/lib/apt/torchrun-jsc-updated
 apptainer_conf=$root/etc/apptainer/apptainer.conf
 
 apt_packages=(slurm-wlm munge squashfs-tools debootstrap openmpi-bin libopenmpi-dev
-              libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin)
+              libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin
+              libibverbs1 ibverbs-providers)  # the doctor's rdma tests load the real verbs library
 glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl)
 # mkdocs: tests/test_docs.py builds the docs site (mkdocs.yml) with --strict.
 venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy 'mkdocs==1.6.1')

@@ -132,6 +132,9 @@ def test_one_node_passes_here():
     assert checks["tcp"]["value"] == "listening" and checks["name"]["value"] == "127.0.0.1"
     assert checks["iface"]["value"] == "lo"
     assert checks["inside"]["ok"] and checks["gpus"]["value"] == "none requested (sees 0)"
+    if not os.path.isdir("/sys/class/infiniband"):  # the negative path, for real: no cross
+        assert checks["rdma"] == node.cell(None, "no RDMA devices", "none in "
+                                           "/sys/class/infiniband: NCCL uses sockets")
 
 
 @pytest.mark.ring2
@@ -159,7 +162,7 @@ def test_port_taken_bind_and_image_missing_bad_ifname(tmp_path):
 @pytest.mark.ring2
 def test_inside_checks_launcher_torch_and_gpus():
     conf = _conf(launcher="no-such-launcher-xyz")
-    image, inside, gpus = local.inside([], conf, 10)
+    image, inside, gpus, rdma = local.inside([], conf, 10)
     assert inside == node.cell(False, "no-such-launcher-xyz", "not found on the PATH inside")
     facts = {"which": {"python3": "/usr/bin/python3"}, "python": "3.11", "torch": "1.8.1",
              "cvd": "0,1", "devs": []}

@@ -24,6 +24,20 @@ except Exception:
     out["label_torch"] = None
 out["cvd"] = os.environ.get("CUDA_VISIBLE_DEVICES")
 out["devs"] = sorted(glob.glob("/dev/nvidia[0-9]*"))
+try:  # what NCCL's IB transport needs: the device files and rdma-core's verbs library
+    out["ib_dev"] = sorted(os.listdir(os.environ.get("TORCHRUN_JSC_DEV_IB", "/dev/infiniband")))
+except OSError:
+    out["ib_dev"] = None
+try:
+    import ctypes
+    ctypes.CDLL("libibverbs.so.1")
+    out["verbs"] = ""
+except OSError as exc:
+    out["verbs"] = str(exc)[:200] or "does not load"
+out["providers"] = sorted({os.path.basename(p)[3:].split("-rdmav")[0] for d in (
+    "/usr/lib/*/libibverbs", "/usr/lib64/libibverbs", "/usr/lib/libibverbs",
+    "/usr/local/lib/libibverbs", "/opt/conda/lib/libibverbs") for p in glob.glob(
+    d + "/lib*-rdmav*.so")})
 print("doctor-inside " + json.dumps(out))
 """
 # The image's python3 runs INSIDE_PY; without python3 the shell says so (the image did start).
@@ -60,29 +74,33 @@ def image(path, kind):
     return cell(False, path, "not a SIF or squashfs image (first bytes %r)" % head[:8])
 
 
-def inside(wrap, conf, timeout):
-    """Start the image the way the launch does and look around in it: (image, inside, gpus)."""
+def inside(wrap, conf, timeout, hcas=()):
+    """Start the image the way the launch does and look around in it: (image, inside, gpus,
+    rdma); ``hcas``: the host's RDMA devices (rdma_host)."""
     if conf["runtime"] == "pyxis":
         na = cell(None, "", "pyxis: the image starts with the launch step")
-        return na, na, na
+        return na, na, na, (na if hcas else rdma_cell(hcas, None, conf))
     argv = list(wrap) + ["sh", "-c", INSIDE_SH, INSIDE_PY, conf.get("launcher") or "",
                          conf.get("program") or ""]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         bad = cell(False, argv[0], "did not start within %.0f s" % timeout)
-        return bad, cell(None), cell(None)
+        return bad, cell(None), cell(None), cell(None)
     except OSError as exc:
-        return cell(False, argv[0], exc.strerror or exc), cell(None), cell(None)
+        return cell(False, argv[0], exc.strerror or exc), cell(None), cell(None), cell(None)
     lines = done.stdout.splitlines()
     started = cell(True, "started") if conf["runtime"] != "bare" else cell(None, "bare")
     if "doctor-inside-nopython" in lines:
-        return started, cell(False, "python3", "not found in the image"), cell(None)
+        return started, cell(False, "python3", "not found in the image"), cell(None), \
+            cell(None)
     facts = [json.loads(l[14:]) for l in lines if l.startswith("doctor-inside ")]
     if not facts:
         last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
-        return cell(False, conf.get("image") or argv[0], last), cell(None), cell(None)
-    return started, inside_cell(facts[0], conf), gpu_cell(facts[0], conf)
+        return cell(False, conf.get("image") or argv[0], last), cell(None), cell(None), \
+            cell(None)
+    return started, inside_cell(facts[0], conf), gpu_cell(facts[0], conf), \
+        rdma_cell(hcas, facts[0], conf)
 
 
 def inside_cell(f, conf):
@@ -123,6 +141,47 @@ def gpu_cell(f, conf):
         return cell(False, value, "no /dev/nvidia* device files inside the container "
                     "(Apptainer without --nv, Enroot without its nvidia hook, or no driver)")
     return cell(True, "%d" % want)
+
+
+def rdma_host(env):
+    """The host's RDMA devices (InfiniBand/RoCE HCAs, e.g. mlx5_0), from sysfs."""
+    root = env.get("TORCHRUN_JSC_SYSFS_IB", "/sys/class/infiniband")
+    try:
+        return sorted(os.listdir(root))
+    except OSError:
+        return []
+
+
+def rdma_cell(hcas, f, conf):
+    """With RDMA devices on the host the container must see /dev/infiniband/uverbs* and load
+    rdma-core's verbs library with a provider, or NCCL silently uses TCP sockets."""
+    if not hcas:
+        return cell(None, "no RDMA devices", "none in /sys/class/infiniband: NCCL uses sockets")
+    if f is None:
+        return cell(None, " ".join(hcas), "the container did not start")
+    tcp = "NCCL on this node falls back to TCP sockets (several times slower, no error)"
+    if not [d for d in f.get("ib_dev") or [] if d.startswith("uverbs")]:
+        how = {"apptainer": "Apptainer binds the host's /dev unless --contain or the site's "
+                            "`mount dev = minimal`: add --bind /dev/infiniband (runtime.binds)",
+               "enroot": "Enroot binds /dev through its system mounts (10-system.fstab): a "
+                         "site config without it needs /dev/infiniband mounted (an fstab in "
+                         "Enroot's mounts.d, or a mount hook); pyxis: "
+                         "--container-mounts=/dev/infiniband"}.get(
+                             conf["runtime"], "the node lacks the device files (rdma-core's "
+                             "udev rules, the ib_uverbs module)")
+        return cell(False, "no /dev/infiniband/uverbs*", "the host has %s but the container "
+                    "does not see its device files: %s; %s" % (" ".join(hcas), tcp, how))
+    if f.get("verbs") is None or f.get("verbs"):
+        return cell(False, "libibverbs.so.1", "the host has %s but the image cannot load the "
+                    "verbs library (%s): %s; install rdma-core (libibverbs1 ibverbs-providers) "
+                    "in the image" % (" ".join(hcas), f.get("verbs") or "not checked", tcp))
+    want = "mlx5" if any(h.startswith("mlx5") for h in hcas) else None
+    provs = f.get("providers") or []
+    if not provs or (want and want not in provs):
+        return cell(False, "providers: %s" % (" ".join(provs) or "none"), "the image's verbs "
+                    "library has no %s provider for %s: %s; install ibverbs-providers in the "
+                    "image" % (want or "", " ".join(hcas), tcp))
+    return cell(True, "%s, verbs" % " ".join(hcas), "providers: " + " ".join(provs))
 
 
 def space(conf, env):

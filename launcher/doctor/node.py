@@ -25,11 +25,11 @@ if "candidates" not in globals():  # imported in the kit (shipped: defined above
 if "IFNAME_PY" not in globals():
     from launcher.ifname import PY_IFNAME as IFNAME_PY  # noqa: F401
 if "cell" not in globals():
-    from launcher.doctor.local import binds, cell, image, inside, space  # noqa: F401
+    from launcher.doctor.local import binds, cell, image, inside, rdma_host, space  # noqa: F401
 
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
-           "space", "clock")  # docs/guide/doctor.md says what each checks
+           "rdma", "space", "clock")  # docs/guide/doctor.md says what each checks
 
 
 def in_thread(fn, timeout, late):
@@ -261,7 +261,7 @@ def run_node(conf, host, port, wrap, env=None):
     worker.join(max(0.0, start + conf.get("deadline", 12.0) - time.time()))
     late = cell(False, "", "check did not finish within %g s" % conf.get("deadline", 12.0))
     finder.join(max(0.0, start + conf.get("deadline", 12.0) - time.time()))
-    for key in ("binds", "image", "inside", "gpus", "space"):
+    for key in ("binds", "image", "inside", "gpus", "rdma", "space"):
         out[key] = side.get(key, late)
     out["iface"] = nic.get("iface", late)
     if first:
@@ -284,12 +284,13 @@ def _side_checks(conf, wrap, env):
                                    "filesystem?)" % t))}
     img = in_thread(lambda: image(conf.get("image"), conf["runtime"]), t,
                     cell(False, conf.get("image"), "reading did not finish within %g s" % t))
-    started, ins, gpus = inside(wrap, conf, conf.get("start_timeout", 10.0))
+    started, ins, gpus, rdma = inside(wrap, conf, conf.get("start_timeout", 10.0),
+                                      rdma_host(env))
     if img["ok"] is False:
         started = img
     elif img["ok"] and started["ok"]:
         started = cell(True, "started, " + img["value"], img["cause"])
-    out.update(image=started, inside=ins, gpus=gpus)
+    out.update(image=started, inside=ins, gpus=gpus, rdma=rdma)
     try:
         out["space"] = space(conf, env)
     except OSError as exc:

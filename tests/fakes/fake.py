@@ -81,7 +81,10 @@ RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", 
                 "NCCL_SOCKET_IFNAME", "PATH", "LD_LIBRARY_PATH", "HOSTILE_LIST",
                 "REQUEUE_SIGNAL", "REQUEUE_MARKER", "TORCHRUN_JSC_FORWARD_SIGNALS",
                 "SLURM_RESTART_COUNT", "SLURM_JOB_RESTART_COUNT", "SLURM_CPUS_PER_TASK",
-                "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "UCX_RC_TIMEOUT")
+                "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "UCX_RC_TIMEOUT",
+                "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES", "TORCHRUN_JSC_CACHE",
+                "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME", "TORCH_HOME", "PIP_CACHE_DIR",
+                "IMAGE_ONLY")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
@@ -98,7 +101,9 @@ def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
         path.write_text("#!/bin/sh\n" + body)
         path.chmod(0o755)
     user = f"fake{os.getpid()}x{os.urandom(3).hex()}"
+    # Enroot/pyxis jobs make their cache directory on the node: the test's, not /tmp's.
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log_dir),
+            "TORCHRUN_JSC_CACHE": str(log_dir.parent / "jsc-cache"),
             "FAKE_USER": user, "FAKE_UID": str(4_000_000 + int(user[-6:], 16))}
 
 
@@ -199,7 +204,24 @@ def srun(argv: List[str]) -> int:
               "SLURMD_NODENAME": names[n % len(names)], "SLURM_STEP_NUM_TASKS": str(nodes * per_node),
               "SLURM_CPUS_PER_TASK": str(cpus)}
              for n in range(nodes) for l in range(per_node)]
+    if "--container-image" in opts or "--container-name" in opts:
+        tasks = [pyxis_env(task, opts) for task in tasks]
     return _run_tasks(cmd, tasks)
+
+
+def pyxis_env(task: Dict[str, str], opts: Dict[str, str]) -> Dict[str, str]:
+    """pyxis imports the started container's environment into the task, overwriting, except
+    the names given with --container-env (comma-separated) that the task has: those keep the
+    task's value (pyxis: "names of environment variables to override with the host
+    environment"). FAKE_PYXIS_ENV (JSON) is that container environment, e.g. what Enroot's
+    50-slurm-pytorch.sh hook adds for an image with PYTORCH_VERSION."""
+    keep = set(opts.get("--container-env", "").split(","))
+    out = dict(task)
+    for name, value in json.loads(os.environ.get("FAKE_PYXIS_ENV", "{}")).items():
+        if name in keep and (name in task or name in os.environ):
+            continue
+        out[name] = value
+    return out
 
 
 def mpirun(argv: List[str]) -> int:
