@@ -61,8 +61,8 @@ ENROOT = {"kind": "enroot", "image": "image.sqsh"}
 
 
 def program_envs(fakes: Cluster) -> list:
-    """The program's environment in each task (not the pyxis interface probe `python3 -`)."""
-    return [r["env"] for r in fakes.records("python3") if r["argv"][:1] != ["-"]]
+    """The program's environment in each task (not the pyxis interface probe `python3 -I -`)."""
+    return [r["env"] for r in fakes.records("python3") if not fake.is_ifname_probe(r["argv"])]
 
 
 def test_pyxis_srun_names_the_kits_variables(fakes):
