@@ -26,8 +26,8 @@ _keep = []  # the open dump file: faulthandler writes to its descriptor
 
 
 def _rank(env):
-    for name in RANK_ENVS:
-        value = env.get(name, "")
+    for var in RANK_ENVS:
+        value = env.get(var, "")
         if value.isdigit():
             return value
     return None
