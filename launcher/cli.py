@@ -1,5 +1,5 @@
 """Command line edge of the composer: ``jsc-compose`` (= ``python -m launcher``)
-``render|check|preview|submit|venv|doctor``.
+``render|check|preview|submit|venv|doctor|stacks``.
 
 Where it sits: the only place that turns typed exceptions into one stderr line and an
 exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+import subprocess
 import sys
 from pathlib import PurePosixPath
 from typing import Mapping, Optional, Sequence
@@ -20,6 +22,7 @@ from launcher.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
+from launcher.shell import Var
 from launcher.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError
 from launcher.spec import load_spec
@@ -40,7 +43,8 @@ examples:
   {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
   {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
   {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job
-  {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)"""
+  {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)
+  {prog} stacks 123456                            # every rank's Python stack, grouped"""
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -74,6 +78,17 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     submit.usage = f"{prog} submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
     _venv_parser(sub, debug, prog)
     _doctor_parser(sub, debug, prog)
+    stacks = sub.add_parser("stacks", parents=[debug], help="every rank's Python stack of a "
+                            "running job, grouped (docs/guide/hangs.md)",
+                            description="Signal every rank of a running job that the kit "
+                            "started (one srun --overlap step per node) and print their "
+                            "Python stacks, ranks with the same stack grouped.")
+    stacks.add_argument("jobid", nargs="?", help="default: SLURM_JOB_ID (inside the job)")
+    stacks.add_argument("--json", action="store_true", help="print the ranks as JSON lines")
+    stacks.add_argument("--here", action="store_true", help="this machine only, no srun (the "
+                        "node you are logged in to)")
+    stacks.add_argument("--wait", type=float, default=10.0, metavar="S",
+                        help="seconds each node waits for its ranks' dumps (default 10)")
     return parser
 
 
@@ -178,6 +193,51 @@ def _doctor(spec: JobSpec, args: argparse.Namespace) -> int:
     return 1 if failures(reports) else 0
 
 
+def _stacks(args: argparse.Namespace) -> int:
+    """`stacks JOBID`: collect on every node of the job (or here), print grouped."""
+    from launcher import stacks
+
+    job = args.jobid or os.environ.get("SLURM_JOB_ID")
+    if not job or not job.isdigit():
+        raise SpecError("stacks", "jobid", "a numeric Slurm job id (or run it inside the job)",
+                        job or "")
+    if args.here:
+        records = stacks.collect(job, args.wait)
+    else:
+        records = stacks.read_records(run_stacks_step(job, args.wait).splitlines())
+    if args.json:
+        for record in records:
+            print(json.dumps(record, sort_keys=True))
+    else:
+        sys.stdout.write(stacks.report(records, job))
+    return 0 if records else 1
+
+
+def run_stacks_step(job: str, wait_s: float) -> str:
+    """One srun --overlap task per node of the job; their JSON lines."""
+    from launcher.hangs_script import stacks_srun, stacks_text
+    from launcher.shell import resolve
+
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") if os.environ.get("SLURM_JOB_ID") == job \
+        else None
+    if not nodes:
+        try:
+            nodes = subprocess.run(["squeue", "-h", "-j", job, "-o", "%D"], capture_output=True,
+                                   text=True, timeout=60, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SubmitError(f"stacks: cannot ask squeue about job {job}: {exc}") from None
+    if not nodes.isdigit():
+        raise SubmitError(f"stacks: job {job} is not running (squeue: {nodes!r})")
+    argv = resolve(stacks_srun(Var("job"), Var("nodes"), Var("script"), int(wait_s)),
+                   {"job": job, "nodes": nodes, "script": stacks_text()})
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=wait_s + 120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SubmitError(f"stacks: srun failed: {exc}") from None
+    sys.stderr.write(done.stderr)
+    return done.stdout
+
+
 def _sets_logs(sbatch_args: Sequence[str]) -> bool:
     """True when options for sbatch replace the spec's log files or directory."""
     return any(a.startswith(("-o", "-e", "-D", "--output", "--error", "--chdir"))
@@ -185,6 +245,8 @@ def _sets_logs(sbatch_args: Sequence[str]) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "stacks":
+        return _stacks(args)
     spec = load_spec(args.spec)
     for warning in placement_warnings(spec):  # the spec is valid, but likely not meant so
         print(warning, file=sys.stderr)

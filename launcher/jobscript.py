@@ -17,7 +17,7 @@ from launcher.placement import cpu_lines, exclusive_default
 from launcher.modes import Plan, plan_launch
 from launcher.modes.base import TASK_ENV_NAME
 from launcher.modes.common import DEFAULT_PORT_BASE
-from launcher import requeue_script
+from launcher import hangs_script, requeue_script
 from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
@@ -38,6 +38,7 @@ def sbatch_options(spec: JobSpec, plan: Plan) -> List[Tuple[str, Optional[str]]]
                 "gpus-per-node": str(job.gpus_per_node) if job.gpus_per_node else None}
     opts += [(k, v) for k, v in optional.items() if v is not None]
     opts += list(job.sbatch) + requeue_script.sbatch_options(job.requeue)
+    opts += hangs_script.sbatch_options(spec)
     exclusive = exclusive_default(spec)
     if exclusive is not None:
         opts.append(exclusive)
@@ -205,6 +206,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
     lines += ["", "set -euo pipefail", ""]
     blocks = [site_lines(spec), env_lines(spec, runtime), _geometry_lines(spec, plan, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
+              [] if doctor else hangs_script.setup_lines(),
               requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
     for block in blocks:
         if block:
@@ -235,7 +237,8 @@ def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
             lines += [f"# {step.comment}.", join(step.argv) + " &", f"{step.pid_var}=$!", ""]
         else:
             lines += [f"# Launch: {step.comment}.",
-                      *requeue_script.launch_lines(spec, join(step.argv)), ""]
+                      *(requeue_script.launch_lines(spec, join(step.argv))
+                        if spec.job.requeue else hangs_script.launch_lines(join(step.argv))), ""]
     while lines and lines[-1] == "":
         lines.pop()
     return lines

@@ -11,7 +11,7 @@ from typing import List
 
 from launcher.model import JobSpec
 from launcher.modes import mode_for, plan_launch
-from launcher.modes.common import DEFAULT_PORT_BASE
+from launcher.modes.common import DEFAULT_PORT_BASE, rdzv_timeouts
 from launcher.shell import resolve
 
 
@@ -54,7 +54,9 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     host = nodes[0] + spec.site.hostname_suffix
     values = {"nnodes": str(len(nodes)), "ntasks": str(len(nodes) * plan.tasks_per_node),
               "rdzv_host": host, "rdzv_port": str(port), "SLURM_JOB_ID": str(job_id),
-              "PWD": cwd}
+              "PWD": cwd, "rdzv_conf_user": ""}
+    values["rdzv_join_timeout"], values["rdzv_read_timeout"] = \
+        (str(t) for t in rdzv_timeouts(len(nodes)))
     lines = [f"# preview of {spec.source}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
              f"({nodelist}), job id {job_id}, "
              f"mode {plan.mode}, {plan.tasks_per_node} task(s) per node"]

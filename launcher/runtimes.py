@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Type, Union
 
-from launcher import enroot
+from launcher import enroot, hangs_script
 from launcher.requeue import MARKER_ENV, SIGNAL_ENV
 from launcher.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, anchored, expansion, \
@@ -147,10 +147,10 @@ class Enroot(ContainerRuntime):
     def _names(self) -> List[str]:
         """What reaches the container by name: Slurm's, the GPUs', every name the script
         exports (env.set, site.env, the site's socket interface, the task script's, the
-        requeue protocol's) and env.pass."""
+        requeue protocol's, the hang hook's: launcher.hangs_script) and env.pass."""
         names = set(enroot.TASK_NAMES) | set(self.spec.env.names) \
             | {n for n, _ in self.spec.site.env} | set(_requeue_names(self.spec)) \
-            | set(CACHE_NAMES)
+            | set(CACHE_NAMES) | set(hangs_script.NAMES)
         if gpus_requested(self.spec):
             names.add(DRIVER_CAPS)
         if self.spec.site.socket_ifname:

@@ -51,8 +51,9 @@ def test_plan_of_several_steps_renders_in_order(two_phase):
                            "teardown() {\n    kill \"$head_pid\" 2>/dev/null || true\n}\n"
                            "trap teardown EXIT\n\n# head on the first node.\nsrun ")
     assert "head 'x y' &\nhead_pid=$!\n\n# wait until every node joined.\necho \"waiting\"\n\n" \
-        "# Launch: the driver, once.\ndrv 'a b'\n" in tail
-    assert tail.endswith("drv 'a b'\n")
+        "# Launch: the driver, once.\ndrv 'a b' &\nlaunch_pid=$!\n" in tail
+    # In the background and waited for (the hang traps run meanwhile), its status the job's.
+    assert tail.endswith('if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi\n')
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     assert "# in the background (head on the first node): srun" in \
         render_preview(spec, "jwb[0001-0002]")

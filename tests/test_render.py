@@ -110,7 +110,10 @@ def test_ddp_container_launch_line():
         "apptainer", "exec", "--nv", "--bind", Var("PWD"), "image.sif",
         "torchrun_jsc", word("--nnodes=", Var("nnodes")), "--nproc_per_node=4",
         "--rdzv_backend=c10d", word("--rdzv_endpoint=", Var("rdzv_host"), ":", Var("rdzv_port")),
-        word("--rdzv_id=", Var("SLURM_JOB_ID")), "--max_restarts=0", "--no-python",
+        word("--rdzv_id=", Var("SLURM_JOB_ID")),
+        word("--rdzv_conf=join_timeout=", Var("rdzv_join_timeout"), ",read_timeout=",
+             Var("rdzv_read_timeout"), Var("rdzv_conf_user")),
+        "--max_restarts=0", "--no-python",
         "python3", "-u", "examples/ddp_train.py", "--steps", "20"]
     text = rendered("ddp_container.yaml")
     assert "#SBATCH --gpus-per-node=4" in text and "#SBATCH --ntasks-per-node=1" in text

@@ -7,12 +7,12 @@ Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through 
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 from launcher.ifname import SOCKET_IFNAME_PY
 from launcher.model import JobSpec, SpecError
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Token, Var, expansion, word
+from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
 
 NNODES = Var("nnodes")
 NTASKS = Var("ntasks")
@@ -99,13 +99,76 @@ def command_argv(spec: JobSpec) -> List[Token]:
     return [expansion(arg) for arg in spec.launch.command]
 
 
+# Rendezvous timeouts that grow with the node count (docs/guide/hangs.md). torch's c10d
+# defaults, join_timeout 600 s (every agent in) and read_timeout 60 s (each request to the
+# first node's store, the first connect included), are made for a few nodes: at scale the
+# agents start minutes apart (containers, imports from a shared file system) and the agents
+# that start first give up on a store that is not up yet (meta-pytorch/torchx#1071).
+JOIN_TIMEOUT_S = (600, 1)  # base + per node, seconds
+READ_TIMEOUT_S = (120, 2)  # base + one second per this many nodes
+RDZV_JOIN_TIMEOUT = Var("rdzv_join_timeout")
+RDZV_READ_TIMEOUT = Var("rdzv_read_timeout")
+RDZV_CONF_USER = Var("rdzv_conf_user")  # ",PET_RDZV_CONF" when set, else ""
+_RDZV_CONF_FLAGS = ("--rdzv_conf", "--rdzv-conf")
+
+
+def rdzv_timeouts(nnodes: int) -> Tuple[int, int]:
+    """(join_timeout, read_timeout) in seconds for ``nnodes`` nodes, as the script computes."""
+    return (JOIN_TIMEOUT_S[0] + JOIN_TIMEOUT_S[1] * nnodes,
+            READ_TIMEOUT_S[0] + nnodes // READ_TIMEOUT_S[1])
+
+
+def user_rdzv_conf(command: Sequence[str]) -> Optional[str]:
+    """The value of the last --rdzv_conf/--rdzv-conf in launch.command (torchrun keeps the
+    last), or None when it has none."""
+    found = None
+    for i, arg in enumerate(command):
+        flag, eq, value = arg.partition("=")
+        if flag in _RDZV_CONF_FLAGS:
+            if eq:
+                found = value
+            elif i + 1 < len(command):
+                found = command[i + 1]
+    return found
+
+
+def rdzv_timeout_lines(spec: JobSpec) -> List[Statement]:
+    """Batch scope: the timeouts for this allocation's node count, and PET_RDZV_CONF (torch's
+    variable for --rdzv_conf, which the kit's flag would otherwise replace) kept."""
+    join_base, join_per_node = JOIN_TIMEOUT_S
+    read_base, nodes_per_s = READ_TIMEOUT_S
+    out: List[Statement] = [
+        Raw("# Rendezvous timeouts grow with the node count (docs/guide/hangs.md); values "
+            "given in\n# launch.command's --rdzv_conf or in PET_RDZV_CONF come later in "
+            "--rdzv_conf and win."),
+        Raw(f"rdzv_join_timeout=$(({join_base} + {join_per_node} * nnodes))"),
+        Raw(f"rdzv_read_timeout=$(({read_base} + nnodes / {nodes_per_s}))")]
+    if user_rdzv_conf(spec.launch.command) is None:
+        out.append(Raw('rdzv_conf_user="${PET_RDZV_CONF:+,${PET_RDZV_CONF}}"'))
+    return out
+
+
+def rdzv_conf_arg(spec: JobSpec) -> Token:
+    """--rdzv_conf with the kit's timeouts first and the user's entries after (torch reads the
+    entries in order and the last value of a key wins)."""
+    parts: List[Union[str, Var]] = ["--rdzv_conf=join_timeout=", RDZV_JOIN_TIMEOUT,
+                                    ",read_timeout=", RDZV_READ_TIMEOUT]
+    user = user_rdzv_conf(spec.launch.command)
+    if user is None:
+        parts.append(RDZV_CONF_USER)
+    elif user.strip():
+        parts += [",", *expansion_parts(user)]
+    return word(*parts)
+
+
 def torchrun_argv(spec: JobSpec) -> List[Token]:
     """torchrun_jsc for one node; the program runs as written (--no-python)."""
     launch = spec.launch
     return [*command_argv(spec), word("--nnodes=", NNODES),
             f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
-            f"--max_restarts={launch.max_restarts}", "--no-python", *program_argv(spec)]
+            rdzv_conf_arg(spec), f"--max_restarts={launch.max_restarts}", "--no-python",
+            *program_argv(spec)]
 
 
 def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import NNODES, TORCHRUN_KEYS, mpirun_argv, no_pyxis, processes, \
-    setup_argv, torchrun_argv
+    rdzv_timeout_lines, setup_argv, torchrun_argv
 from launcher.runtimes import ContainerRuntime
 
 
@@ -20,7 +20,7 @@ class MpirunTorchrun(LaunchMode):
         step = Step(self.comment(spec), tuple(mpirun_argv(1, NNODES)),
                     tuple(rt.wrap(torchrun_argv(spec))))
         return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,), False,
-                    srun_tasks=1)
+                    batch=tuple(rdzv_timeout_lines(spec)), srun_tasks=1)
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

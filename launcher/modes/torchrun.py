@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import TORCHRUN_KEYS, processes, setup_argv, srun_argv, \
-    torchrun_argv
+from launcher.modes.common import TORCHRUN_KEYS, processes, rdzv_timeout_lines, setup_argv, \
+    srun_argv, torchrun_argv
 from launcher.runtimes import ContainerRuntime
 
 
@@ -19,7 +19,7 @@ class Torchrun(LaunchMode):
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(rt.wrap(torchrun_argv(spec))))
         return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,),
-                    spec.job.node_output is not None)
+                    spec.job.node_output is not None, batch=tuple(rdzv_timeout_lines(spec)))
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

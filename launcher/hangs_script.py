@@ -1,0 +1,137 @@
+"""Hangs in the jobscript: the stack hook on every rank, flight recorder, the last word.
+
+Where it sits: spec -> modes (plans) -> **hangs_script** (lines for jobscript) -> text. Pure:
+the shipped texts are the kit's own files (launcher/stacks_hook.py, launcher/stacks.py),
+read, never generated. docs/guide/hangs.md for users.
+
+- The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
+  into every container with runtime.bind_cwd) holds ``hook/sitecustomize.py`` (on
+  PYTHONPATH), ``stacks/`` (one dump file per armed rank) and ``fr/`` (torch's flight
+  recorder dumps, with TORCH_FR_* / TORCH_NCCL_* unless the user set them).
+- ``jsc-compose stacks JOBID`` (launcher/cli.py) signals the ranks through one
+  ``srun --overlap`` step per node (:func:`stacks_srun`) and prints them grouped.
+- Before the job is killed (time limit, scancel): Slurm sends SIGTERM to the batch shell
+  (scancel; at the time limit KillWait seconds before SIGKILL) and the signal asked for with
+  ``--signal=B:URG@60``; the trap runs the same step and prints the groups into the job log.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from launcher.model import JobSpec
+
+from launcher.shell import Assign, Raw, Statement, Token, Var, join, word
+
+HERE = Path(__file__).resolve().parent
+HANGS_DIR = ".hangs"  # under the submit directory, one directory per job id
+DIR_ENV = "TORCHRUN_JSC_STACKS"
+WARN_BEFORE_S = 60  # #SBATCH --signal=B:URG@60: the stacks a minute before the time limit
+NODE_WAIT_S = 10  # how long each node waits for its ranks' dumps
+# Flight recorder (NCCL's, and gloo's where torch has one): entries kept per rank, and where
+# a rank writes them on a watchdog timeout. ${NAME:-...}: the user's value wins.
+FLIGHT_RECORDER = (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+                   ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+                   ("TORCH_FR_DUMP_TEMP_FILE", "$hangs_dir/fr/rank-"),
+                   ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "$hangs_dir/fr/rank-"))
+# What must reach the ranks inside a container that forwards by name only (Enroot).
+NAMES: Tuple[str, ...] = (DIR_ENV, "PYTHONPATH") + tuple(n for n, _ in FLIGHT_RECORDER)
+
+
+def compact(source: str) -> str:
+    """The source without its docstrings, comment lines and blank lines: what runs, for the
+    jobscript (the files themselves stay documented). Deterministic."""
+    drop = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str) and len(node.body) > 1:
+                drop.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    lines = [line for n, line in enumerate(source.splitlines(), 1)
+             if n not in drop and line.strip() and not line.lstrip().startswith("#")]
+    return "\n".join(lines) + "\n"
+
+
+def hook_text() -> str:
+    return compact((HERE / "stacks_hook.py").read_text(encoding="utf-8"))
+
+
+def stacks_text() -> str:
+    return compact((HERE / "stacks.py").read_text(encoding="utf-8"))
+
+
+def stacks_srun(job: Token, nodes: Token, script: Token,
+                wait_s: int = NODE_WAIT_S) -> List[Token]:
+    """One task per node of job ``job`` beside its running steps (--overlap), outside any
+    container: each signals its node's ranks and prints their dumps as JSON lines."""
+    return ["srun", "--overlap", word("--jobid=", job), word("--nodes=", nodes),
+            word("--ntasks=", nodes), "--ntasks-per-node=1", "--cpus-per-task=1",
+            "--kill-on-bad-exit=0", "python3", "-c", script, "node", job, str(wait_s)]
+
+
+def sbatch_options(spec: JobSpec) -> List[Tuple[str, Optional[str]]]:
+    """--signal=B:URG@60, unless the job asks for a signal itself (job.requeue, or --signal in
+    job.sbatch: sbatch keeps one)."""
+    if spec.job.requeue is not None or any(k == "signal" for k, _ in spec.job.sbatch):
+        return []
+    return [("signal", f"B:URG@{WARN_BEFORE_S}")]
+
+
+def setup_lines() -> List[Statement]:
+    """Batch scope, before any step: the directory, the hook, the variables, the trap."""
+    fr = " \\\n    ".join(f'{name}="${{{name}:-{value}}}"' for name, value in FLIGHT_RECORDER)
+    report: List[Token] = ["python3", "-c", Var("stacks_py"), "report", Var("SLURM_JOB_ID")]
+    step = join(stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))) + " \\\n    | " + \
+        join(report)
+    return [
+        Raw("# Hangs (docs/guide/hangs.md): every rank arms a stack dump at start-up (Python's\n"
+            "# faulthandler on SIGURG, nothing runs until then); `jsc-compose stacks JOBID` and\n"
+            "# this script before the job is killed print them grouped; flight recorder too."),
+        Raw(f'hangs_dir="$PWD/{HANGS_DIR}/$SLURM_JOB_ID"'),
+        Raw('mkdir -p -- "$hangs_dir/hook" "$hangs_dir/stacks" "$hangs_dir/fr"'),
+        Raw("# shellcheck disable=SC2016  # python"),
+        Assign("stacks_hook_py", hook_text()),
+        Raw('printf \'%s\' "$stacks_hook_py" >"$hangs_dir/hook/sitecustomize.py"'),
+        Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
+        Assign("stacks_py", stacks_text()),
+        Raw(f'export {DIR_ENV}="$hangs_dir" '
+            'PYTHONPATH="$hangs_dir/hook${PYTHONPATH:+:${PYTHONPATH}}"'),
+        Raw(f"export {fr}"),
+        Raw(f"""\
+# The stacks, once, into this log: at SIGURG ({WARN_BEFORE_S} s before the time limit, or
+# `scancel --batch --signal=URG JOBID`) and at SIGTERM (scancel, the time limit: Slurm
+# signals the ranks at the same time, so this one is a race). The launch runs in the
+# background and is waited for: bash runs a trap only between commands.
+stacks_done=0
+print_stacks() {{
+    if [ "$stacks_done" = 1 ]; then return; fi
+    stacks_done=1
+    echo "job ${{SLURM_JOB_ID}}: $1 at $(date +%s.%N): every rank's stack (jsc-compose stacks)"
+    {step} || true
+}}
+trap 'print_stacks SIGURG' URG
+trap 'print_stacks SIGTERM' TERM"""),
+    ]
+
+
+
+
+def launch_lines(launch: str) -> List[str]:
+    """The launch in the background and waited for, so that the traps above run while it
+    runs; its exit status is the job's, as in the foreground."""
+    return [launch + " &", """\
+launch_pid=$!
+launch_rc=0
+wait "$launch_pid" || launch_rc=$?
+while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
+    launch_rc=0  # wait was interrupted by a trap: the launch still runs
+    wait "$launch_pid" || launch_rc=$?
+done
+if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi"""]
+
+
+__all__ = ["NAMES", "hook_text", "launch_lines", "sbatch_options", "setup_lines",
+           "stacks_srun", "stacks_text"]

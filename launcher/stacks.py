@@ -1,0 +1,297 @@
+"""Every rank's Python stack, grouped: ``jsc-compose stacks JOBID`` and the jobscript's last word.
+
+Where it sits: launcher.stacks_hook (armed in every rank at start-up) -> **stacks**: ``node``
+runs once per node (an ``srun --overlap`` step, or the jobscript's own step before the job
+is killed) and signals the job's armed ranks on that node, waits for their dumps and prints
+one JSON line per rank; ``report`` reads those lines from every node and prints the ranks
+grouped by stack, the odd one out last::
+
+    stacks: 7 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch at data.py:17
+
+Standard library only, Python >= 3.6, run as a script (``python3 -c "$(cat stacks.py)"``
+on a node, outside any container: the ranks' processes are visible from the host) and
+imported by the CLI and the tests. No launcher imports: the text is shipped as it is.
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+
+DIR_ENV = "TORCHRUN_JSC_STACKS"  # as in launcher/stacks_hook.py
+SIGNAL = signal.SIGURG  # default action: ignored, so unarmed processes are not disturbed
+WAIT_S = 10.0  # how long a node waits for its ranks' dumps
+_HEADER = re.compile(r"# jsc-stacks (.*)")
+_THREAD = re.compile(r"(Current thread|Thread) (0x[0-9a-fA-F]+)")
+_FRAME = re.compile(r'\s+File "(.*)", line (\d+|\?\?\?) in (.*)')
+_LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen ")
+_STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
+
+
+# --- the node side -------------------------------------------------------------------------
+
+def _environ(pid, proc):
+    try:
+        with open(os.path.join(proc, pid, "environ"), "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def _status(pid, proc):
+    """(innermost pid: the one the process itself sees, e.g. in a container, state letter)."""
+    inner, state = int(pid), "?"
+    try:
+        with open(os.path.join(proc, pid, "status")) as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    inner = int(line.split()[-1])
+                elif line.startswith("State:"):
+                    state = line.split()[1]
+    except (OSError, ValueError, IndexError):
+        pass
+    return inner, state
+
+
+def armed(job_id, proc="/proc"):
+    """(pid, dump file, state) for each armed rank of job ``job_id`` (None: any job) here."""
+    out = []
+    for pid in os.listdir(proc):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        env = _environ(pid, proc)
+        directory = env.get(DIR_ENV)
+        if not directory or (job_id is not None and env.get("SLURM_JOB_ID") != str(job_id)):
+            continue
+        inner, state = _status(pid, proc)
+        files = glob.glob(os.path.join(directory, "stacks", "rank-*.pid-%d.txt" % inner))
+        if files:
+            out.append((int(pid), files[0], state))
+    return sorted(out)
+
+
+def _header(path):
+    try:
+        with open(path, errors="replace") as f:
+            match = _HEADER.match(f.readline())
+    except OSError:
+        return {}
+    fields = {}
+    for item in (match.group(1).split(" argv=", 1)[0].split() if match else []):
+        key, _, value = item.partition("=")
+        fields[key] = value
+    if match and " argv=" in match.group(1):
+        fields["argv"] = match.group(1).split(" argv=", 1)[1]
+    return fields
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
+
+
+def collect(job_id, wait_s=WAIT_S, proc="/proc", poll_s=0.1):
+    """Signal this node's armed ranks of the job, wait for each dump; one dict per rank."""
+    targets = armed(job_id, proc)
+    start = {pid: _size(path) for pid, path, _ in targets}
+    for pid, _, _ in targets:
+        try:
+            os.kill(pid, SIGNAL)
+        except OSError:
+            pass
+    last = dict(start)
+    done = {}
+    deadline = time.monotonic() + wait_s
+    while len(done) < len(targets) and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        for pid, path, _ in targets:
+            size = _size(path)
+            if pid not in done and size > start[pid] and size == last[pid]:
+                done[pid] = size  # grew, and did not grow since the last look: complete
+            last[pid] = size
+    out = []
+    host = socket.gethostname().split(".")[0]
+    for pid, path, state in targets:
+        head = _header(path)
+        dump = None
+        if pid in done or _size(path) > start[pid]:
+            with open(path, "rb") as f:
+                f.seek(start[pid])
+                dump = f.read().decode("utf-8", "replace")
+        out.append({"host": head.get("host", host), "pid": pid, "rank": head.get("rank"),
+                    "local_rank": head.get("local_rank"), "main": head.get("main"),
+                    "argv": head.get("argv", ""), "state": _status(str(pid), proc)[1]
+                    if os.path.isdir(os.path.join(proc, str(pid))) else "gone",
+                    "dump": dump})
+    return out
+
+
+# --- the report side -----------------------------------------------------------------------
+
+def threads(dump):
+    """[(thread id, [(file, line, function), ...] innermost first)] of one faulthandler dump."""
+    out = []
+    for line in (dump or "").splitlines():
+        match = _THREAD.match(line)
+        if match:
+            out.append((int(match.group(2), 16), []))
+            continue
+        match = _FRAME.match(line)
+        if match and out:
+            out[-1][1].append((match.group(1), match.group(2), match.group(3)))
+    return out
+
+
+def main_stack(record):
+    """The main thread's frames (by the id the hook wrote; else the oldest thread: the last)."""
+    found = threads(record.get("dump"))
+    if not found:
+        return []
+    main = record.get("main")
+    for ident, frames in found:
+        if main is not None and str(ident) == str(main):
+            return frames
+    return found[-1][1]
+
+
+def library(path):
+    return any(part in path for part in _LIBRARY) or bool(_STDLIB.search(path))
+
+
+def where(frames):
+    """'all_reduce at train.py:42': the innermost function, and the innermost frame of the
+    program's own code (not the standard library or site-packages) that led there."""
+    if not frames:
+        return "no Python frame"
+    func = frames[0][2]
+    own = next((f for f in frames if not library(f[0])), frames[0])
+    return "%s at %s:%s" % (func, os.path.basename(own[0]), own[1])
+
+
+def ranges(numbers):
+    """[0, 1, 2, 4, 7, 8] -> '0-2,4,7-8'."""
+    out, run = [], []
+    for n in sorted(numbers):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+        run = [n]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+    return ",".join(out)
+
+
+def _rank(record):
+    try:
+        return int(record.get("rank"))
+    except (TypeError, ValueError):
+        return -1
+
+
+def group(records):
+    """[(frames or None, [records])]: ranks with the same main-thread stack together, the
+    biggest group first; ranks without a dump in one group (None) at the very end."""
+    groups = {}
+    for record in records:
+        key = tuple(main_stack(record)) if record.get("dump") else None
+        groups.setdefault(key, []).append(record)
+    ordered = sorted(((k, v) for k, v in groups.items() if k is not None),
+                     key=lambda kv: (-len(kv[1]), min(_rank(r) for r in kv[1])))
+    if None in groups:
+        ordered.append((None, groups[None]))
+    return [(None if k is None else list(k), sorted(v, key=_rank)) for k, v in ordered]
+
+
+def who(members):
+    """'rank 3 on jwb0002' or '7 ranks (0-2,4-7 on jwb0001, jwb0002)'."""
+    hosts = sorted({r.get("host", "?") for r in members})
+    if len(members) == 1:
+        return "rank %s on %s" % (members[0].get("rank"), hosts[0])
+    return "%d ranks (%s on %s)" % (len(members), ranges(_rank(r) for r in members),
+                                   ", ".join(hosts))
+
+
+def _phrase(frames, members):
+    if frames is None:
+        states = sorted({r.get("state", "?") for r in members})
+        return "%s: no stack (process state %s)" % (who(members), "/".join(states))
+    if len(members) == 1:
+        return "%s in %s" % (who(members), where(frames))
+    return "%d ranks in %s" % (len(members), where(frames))
+
+
+def report(records, job_id=None):
+    """The text: one summary line, then each group's ranks and main-thread stack."""
+    if not records:
+        return ("stacks: no armed rank found%s (is it a job the kit started, rendered by "
+                "this version, and still running?)\n" % (" in job %s" % job_id if job_id else ""))
+    groups = group(records)
+    hosts = {r.get("host") for r in records}
+    lines = ["stacks: " + "; ".join(_phrase(f, m) for f, m in groups)]
+    lines.append("%d rank%s on %d node%s%s, %d different stack%s" % (
+        len(records), "s" if len(records) != 1 else "", len(hosts),
+        "s" if len(hosts) != 1 else "", " of job %s" % job_id if job_id else "",
+        len([g for g in groups if g[0] is not None]),
+        "s" if len([g for g in groups if g[0] is not None]) != 1 else ""))
+    for frames, members in groups:
+        if frames is None:
+            continue
+        lines.append("")
+        lines.append("== %s in %s" % (who(members), where(frames)))
+        for path, line, func in frames:
+            lines.append('    File "%s", line %s in %s' % (path, line, func))
+        others = len(threads(members[0].get("dump"))) - 1
+        if others > 0:
+            lines.append("    (+ %d other thread%s in rank %s's dump)" % (
+                others, "s" if others != 1 else "", members[0].get("rank")))
+    missing = [m for f, m in groups if f is None]
+    for members in missing:
+        lines.append("")
+        lines.append("== " + _phrase(None, members) + ": blocked in the kernel (D), "
+                     "stopped, or gone before it could answer")
+    return "\n".join(lines) + "\n"
+
+
+def read_records(lines):
+    out = []
+    for line in lines:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def main(argv):
+    """``node JOBID [WAIT_S]``: this node's ranks as JSON lines; ``report [JOBID]``: group the
+    lines on stdin."""
+    if argv[:1] == ["node"] and len(argv) in (2, 3):
+        job = None if argv[1] in ("", "-") else argv[1]
+        for record in collect(job, float(argv[2]) if len(argv) == 3 else WAIT_S):
+            print(json.dumps(record, sort_keys=True))
+        return 0
+    if argv[:1] == ["report"] and len(argv) in (1, 2):
+        sys.stdout.write(report(read_records(sys.stdin), argv[1] if len(argv) == 2 else None))
+        return 0
+    print("usage: stacks node JOBID [WAIT_S] | stacks report [JOBID]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,102 @@
+"""Ring 3 (written for the lead, not yet run): issue 21 on the local JSC-like cluster.
+
+A rendered spec (repository venv, mode torchrun, 2 nodes x 2 processes) runs
+tests/programs/hang_ranks.py: rank 3 sticks in its own function, ranks 0-2 wait for it in
+all_reduce. Checked:
+  - `jsc-compose stacks JOBID` from outside the allocation names the odd one out, the job
+    still runs afterwards;
+  - a minute before the time limit (--signal=B:URG@60) the job's log gets the same lines;
+  - a job that does not hang finishes as before, with no stacks in its log;
+  - the rendezvous timeouts the jobscript computed reach torchrun (--rdzv_conf in the log).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ring3
+
+REPO = Path(__file__).resolve().parent.parent
+PY = str(Path(os.environ.get("VENV", REPO / ".venv")) / "bin" / "python")
+
+SPEC = """\
+job:
+  nodes: 2
+  time: "{time}"
+  partition: batch
+site:
+  profile: jsc
+  venv: .venv
+env:
+  set: {{READY_DIR: {ready}, PYTHONWARNINGS: ignore}}
+launch:
+  mode: torchrun
+  procs_per_node: 2
+program: [python3, -u, {program}]
+"""
+
+
+def render(shared_tmp: Path, time_limit: str, program: str) -> Path:
+    ready = shared_tmp / "ready"
+    ready.mkdir(exist_ok=True)
+    spec = shared_tmp / "hang.yaml"
+    spec.write_text(SPEC.format(time=time_limit, ready=ready, program=program))
+    job = shared_tmp / "hang.job"
+    p = subprocess.run([PY, "-m", "launcher", "render", str(spec), "-o", str(job)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr
+    return job
+
+
+def wait_ready(ready: Path, n: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(ready.iterdir())) < n:
+        assert time.monotonic() < deadline, sorted(p.name for p in ready.iterdir())
+        time.sleep(1)
+    time.sleep(2)
+
+
+def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp):
+    job = render(shared_tmp, "00:05:00", str(REPO / "tests/programs/hang_ranks.py"))
+    job_id = cluster.submit(str(job), ["-o", str(shared_tmp / "hang-%j.out")], cwd=str(REPO))
+    try:
+        wait_ready(shared_tmp / "ready", 4)
+        p = subprocess.run([PY, "-m", "launcher", "stacks", job_id], capture_output=True,
+                           text=True, timeout=120, cwd=REPO, check=False)
+        assert p.returncode == 0, p.stdout + p.stderr
+        first = p.stdout.splitlines()[0]
+        assert first.startswith("stacks: 3 ranks in all_reduce at hang_ranks.py:"), p.stdout
+        assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in first, p.stdout
+        assert "4 ranks on 2 nodes" in p.stdout
+        assert cluster.run(["squeue", "-h", "-j", job_id]).stdout.strip()  # still running
+    finally:
+        cluster.run(["scancel", job_id])
+        cluster.wait_gone(job_id, 120)
+    text = job.read_text()  # the timeouts, computed on the cluster for its 2 nodes
+    assert "rdzv_join_timeout=$((600 + 1 * nnodes))" in text
+
+
+def test_stacks_in_the_log_before_the_time_limit(cluster, shared_tmp):
+    job = render(shared_tmp, "00:02:00", str(REPO / "tests/programs/hang_ranks.py"))
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "hang-%j.out")], timeout=300,
+                          cwd=str(REPO))
+    assert res.state == "TIMEOUT", res.output
+    assert ": SIGURG at " in res.output, res.output
+    assert "stacks: 3 ranks in all_reduce at hang_ranks.py:" in res.output, res.output
+    assert " in load_batch at hang_ranks.py:" in res.output
+
+
+def test_normal_job_has_no_stacks(cluster, shared_tmp):
+    job = render(shared_tmp, "00:05:00", "examples/ddp_train.py")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "ok-%j.out")], timeout=240,
+                          cwd=str(REPO))
+    assert res.state == "COMPLETED", res.output
+    assert "stacks:" not in res.output and "SIGURG" not in res.output, res.output
+    assert len(res.summaries) == 1, res.output
+    files = sorted(p.name.split(".")[0] for p in (REPO / ".hangs" / res.job_id / "stacks").iterdir())
+    assert files == ["rank-0", "rank-1", "rank-2", "rank-3"], files
