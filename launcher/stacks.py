@@ -64,14 +64,22 @@ def _status(pid, proc):
 
 
 def armed(job_id, proc="/proc"):
-    """(pid, dump file, state) for each armed rank of job ``job_id`` (None: any job) here."""
+    """(pid, dump file, state) for each armed rank of job ``job_id`` (None: any job) here.
+
+    "Here" is this node: a process whose SLURMD_NODENAME names another node is left alone.
+    On a real node /proc holds only its own processes anyway; where several Slurm nodes share
+    one kernel (the lab's nodes, a multi-slurmd test set-up) each collector would otherwise
+    signal and report every node's ranks."""
     out = []
+    node = os.environ.get("SLURMD_NODENAME")
     for pid in os.listdir(proc):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         env = _environ(pid, proc)
         directory = env.get(DIR_ENV)
         if not directory or (job_id is not None and env.get("SLURM_JOB_ID") != str(job_id)):
+            continue
+        if node and env.get("SLURMD_NODENAME", node) != node:
             continue
         inner, state = _status(pid, proc)
         files = glob.glob(os.path.join(directory, "stacks", "rank-*.pid-%d.txt" % inner))
