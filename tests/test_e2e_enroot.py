@@ -104,6 +104,25 @@ def test_program_sees_what_apptainer_shows(cluster, sqsh, shared_tmp, kind):
         assert e["CUDA_VISIBLE_DEVICES"] and e["NVIDIA_VISIBLE_DEVICES"] not in (None, "", "all")
 
 
+# Enroot's data path of root on jwb0001 (the lab's enroot.conf: /tmp/enroot-$UID/data, and
+# each node's /tmp is this directory of the lab's state).
+NODE1_DATA = Path("/run/torchrun-jsc-cluster/node/jwb0001/tmp/enroot-0/data")
+
+
+def unpacking(before: set) -> bool:
+    """A container directory that was not there before the job has files in it."""
+    if not NODE1_DATA.is_dir():
+        return False
+    for entry in os.scandir(NODE1_DATA):
+        if entry.name not in before and entry.is_dir(follow_symlinks=False):
+            try:
+                if any(os.scandir(entry.path)):
+                    return True
+            except OSError:  # renamed or removed meanwhile
+                continue
+    return False
+
+
 @pytest.mark.parametrize("kind", ["enroot", "pyxis"])
 def test_cancel_during_create_then_next_job_trains(cluster, sqsh, shared_tmp, kind):
     """scancel while `enroot create` unpacks: the next job removes the partial tree and trains.
@@ -118,14 +137,15 @@ def test_cancel_during_create_then_next_job_trains(cluster, sqsh, shared_tmp, ki
             "launch": {"mode": "torchrun", "procs_per_node": 2},
             "program": ["python3", "-u", "ddp_train.py", "--steps", "5"]}
     job = render(shared_tmp, "killed", spec)
+    before = set(os.listdir(NODE1_DATA)) if NODE1_DATA.is_dir() else set()
     job_id = cluster.submit(str(job), ["-o", str(shared_tmp / "%j.out"), "-w", "jwb0001"],
                             cwd=str(shared_tmp))
-    out_file = shared_tmp / f"{job_id}.out"
     deadline = time.monotonic() + TIMEOUT_S  # the queue may be busy (CI, other users)
-    while f"{kind}: creating container" not in (out_file.read_text() if out_file.exists() else ""):
-        assert time.monotonic() < deadline, "the job never started creating its container"
-        time.sleep(0.2)
-    time.sleep(1.5)  # unpacking image.sqsh takes several seconds here
+    # Cancel while enroot create is unpacking: as soon as the new container's tree has files
+    # (a fixed wait either came too late on an idle machine or too early on a loaded one).
+    while not unpacking(before):
+        assert time.monotonic() < deadline, "the job never started unpacking its container"
+        time.sleep(0.05)
     cluster.run(["scancel", job_id])
     state, out = finish(cluster, job_id, shared_tmp)
     assert state == "CANCELLED" and "DDP_SUMMARY" not in out, out
