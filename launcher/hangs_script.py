@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from launcher.model import JobSpec
+from launcher.requeue_script import WAIT_FOR_LAUNCH
 
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, word
 
@@ -122,14 +123,7 @@ trap 'print_stacks SIGTERM' TERM"""),
 def launch_lines(launch: str) -> List[str]:
     """The launch in the background and waited for, so that the traps above run while it
     runs; its exit status is the job's, as in the foreground."""
-    return [launch + " &", """\
-launch_pid=$!
-launch_rc=0
-wait "$launch_pid" || launch_rc=$?
-while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
-    launch_rc=0  # wait was interrupted by a trap: the launch still runs
-    wait "$launch_pid" || launch_rc=$?
-done
+    return [launch + " &", WAIT_FOR_LAUNCH + """
 if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi"""]
 
 

@@ -65,19 +65,25 @@ on_requeue_signal() {{
 trap on_requeue_signal {sig}""")]
 
 
+# Wait for the launch started with `&` (bash runs a trap only between commands, so a launch in
+# the foreground would hold every trap until it ends); launch_rc is its exit status. A wait
+# that a trap interrupted returns > 128 while the launch still runs: wait again.
+WAIT_FOR_LAUNCH = """\
+launch_pid=$!
+launch_rc=0
+wait "$launch_pid" || launch_rc=$?
+while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
+    launch_rc=0  # wait was interrupted by a trap: the launch still runs
+    wait "$launch_pid" || launch_rc=$?
+done"""
+
+
 def launch_lines(spec: JobSpec, launch: str) -> List[str]:
     """The launch in the background (a trap runs only between commands), then the verdict."""
     q = spec.job.requeue
     if q is None:
         return [launch]
-    return [launch + " &", f"""\
-launch_pid=$!
-launch_rc=0
-wait "$launch_pid" || launch_rc=$?
-while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
-    launch_rc=0  # wait was interrupted by the trap: the launch still runs
-    wait "$launch_pid" || launch_rc=$?
-done
+    return [launch + " &", WAIT_FOR_LAUNCH + f"""
 if [ "$signalled" = 1 ] && [ "$launch_rc" -eq {128 + signal.Signals["SIG" + q.signal].value} ]; then
     # Ranks that had no handler yet (still starting) died of the signal itself: nothing
     # was lost since the last periodic checkpoint, so resume from there.

@@ -9,7 +9,6 @@ default MPI). generic: none of these.
 
 import re
 import subprocess
-import textwrap
 
 import pytest
 import yaml
@@ -17,9 +16,10 @@ import yaml
 from launcher.cli import main
 from launcher.jobscript import render_jobscript
 from launcher.shell import quote
-from launcher.model import JSC_ENV_DEFAULTS, SITE_PROFILES, SpecError
+from launcher.model import JSC_ENV_DEFAULTS, SITE_PROFILES
 from launcher.spec import parse_spec
 from launcher.spec_site import site_warnings
+from tests.test_spec_traps import error, parse
 
 pytestmark = pytest.mark.ring1
 
@@ -27,14 +27,6 @@ ONE = "job: {nodes: 1, gpus_per_node: 4}\nprogram: [x]\n"
 HVD = "launch: {mode: horovod}\n"
 
 
-def parse(text: str):
-    return parse_spec(textwrap.dedent(text), "x.yaml")
-
-
-def error(text: str) -> str:
-    with pytest.raises(SpecError) as info:
-        parse(text)
-    return str(info.value)
 
 
 def test_mpi_plugin_default_follows_the_site():

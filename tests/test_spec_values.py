@@ -2,32 +2,22 @@
 user wrote them, `$VAR`/`~` in paths and program arguments, image references, the
 node-local submit directory and shadowing by files in the submit directory."""
 
-import textwrap
 
 import pytest
 
 from launcher.jobscript import render_jobscript
-from launcher.model import SpecError
-from launcher.spec import parse_spec
 from launcher.shell import expansion, quote
 from launcher.submitit import submitit_plan
 from launcher.venvjob import render_venv_job
 from launcher.cli import main
 from launcher.submit import submit_warnings
+from tests.test_spec_traps import error, parse
 
 pytestmark = pytest.mark.ring1
 
 ONE = "job: {nodes: 1}\nprogram: [x]\n"
 
 
-def parse(text: str):
-    return parse_spec(textwrap.dedent(text), "x.yaml")
-
-
-def error(text: str) -> str:
-    with pytest.raises(SpecError) as info:
-        parse(text)
-    return str(info.value)
 
 
 @pytest.mark.parametrize("written", [
