@@ -13,7 +13,8 @@ How a checkpoint request travels (one path for the time limit and for a preempti
 4. The script requeues (``scontrol requeue``) while the restart count < max (Slurm's
    SLURM_RESTART_COUNT, else psslurm's SLURM_JOB_RESTART_COUNT, else 0), with
    ``--open-mode=append`` so every attempt's output stays in the log. Exit 0 without a
-   marker: finished. Non-zero: failed, never requeued. Marker at the maximum: exit 75.
+   marker: finished. Non-zero: failed, never requeued. Marker at the maximum, or a requeue
+   the site refuses: exit 75 with one line that says how to resume.
 """
 
 from __future__ import annotations
@@ -106,8 +107,16 @@ if [ "$restart_count" -ge {q.max} ]; then
         "resubmit to go on from the checkpoint" >&2
     exit {EXIT_MAX_REACHED}
 fi
-echo "job ${{SLURM_JOB_ID}}: requeued at $(date +%s.%N)"
-scontrol requeue "$SLURM_JOB_ID\""""]
+if scontrol requeue "$SLURM_JOB_ID"; then
+    echo "job ${{SLURM_JOB_ID}}: requeued at $(date +%s.%N)"
+    exit 0
+fi
+# A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the checkpoint
+# is saved, so say how to go on rather than end as if the work were done.
+jobscript=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=//p') || true
+echo "job ${{SLURM_JOB_ID}}: scontrol requeue was refused: the checkpoint is saved; resume" \
+    "with: sbatch ${{jobscript:-this jobscript}}" >&2
+exit {EXIT_MAX_REACHED}"""]
 
 
 __all__ = ["EXIT_MAX_REACHED", "launch_lines", "setup_lines", "sbatch_options"]

@@ -132,3 +132,14 @@ def test_mpirun_modes_signal_mpirun_not_the_steps(fakes):
     daemons are a step that must not get the signal."""
     text = fakes.render(spec(mode="mpirun_torchrun")).read_text()
     assert 'kill -s USR2 "$launch_pid"' in text and "scancel --signal" not in text
+
+
+def test_refused_requeue_ends_with_how_to_resume(fakes):
+    """A site that refuses `scontrol requeue`: the checkpoint is saved, the job ends with 75
+    (not 0, which would read as done) and one line that says how to go on."""
+    done = fakes.run(fakes.render(spec()), FAKE_PROGRAM="stop", FAKE_REQUEUE_REFUSED="1")
+    assert done.returncode == 75, done.stdout + done.stderr
+    assert [r["argv"] for r in requeues(fakes)] == [["requeue", "4242"]]
+    assert "job 4242: scontrol requeue was refused: the checkpoint is saved; resume with: " \
+           "sbatch this jobscript" in done.stderr
+    assert "requeued at 1" not in done.stdout and ": requeued at" not in done.stdout

@@ -237,6 +237,10 @@ def mpirun(argv: List[str]) -> int:
 def scontrol(argv: List[str]) -> int:
     _record("scontrol", argv)
     if argv[:1] == ["requeue"]:
+        if os.environ.get("FAKE_REQUEUE_REFUSED"):  # a site that disables requeueing
+            print("Requeue of JobId=4242 not allowed: Requested operation is presently disabled",
+                  file=sys.stderr)
+            return 1
         return 0
     if argv[:2] == ["show", "node"]:  # what the kit reads of it
         threads = os.environ.get("FAKE_THREADS_PER_CORE", "1")
