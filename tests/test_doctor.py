@@ -4,6 +4,7 @@ shellcheck, placement before the launch), the shipped script (it compiles and ru
 missing, a bad socket interface name), the collector (a node without a report, a node that
 resolves the name elsewhere) and the table; the CLI's one-line errors."""
 
+import itertools
 import json
 import os
 import shutil
@@ -285,3 +286,25 @@ def test_first_node_cell():
         node.cell(False, "10.0.0.2, 10.0.0.1", "resolves to addresses on this node (10.0.0.2) "
                   "and not on it (10.0.0.1): use a name of one node only")
     assert node.first_cell(False, None, [], [])["ok"] is None
+
+
+def test_waiting_on_slurm_backs_off(monkeypatch):
+    """A job that stays queued for the doctor's whole 15 minutes costs about 95 squeue calls
+    (0.2 s doubling to 10 s), not 4,500 at a fixed 0.2 s: slurmctld is shared by everyone."""
+    from launcher.doctor import run
+    clock = [0.0]
+    calls = []
+
+    def squeue(argv, **_kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "PENDING Priority\n" if argv[0] == "squeue" else "", "")
+
+    monkeypatch.setattr(run.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(run.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(run.subprocess, "run", squeue)
+    with pytest.raises(run.SubmitError, match="did not end within 900 s; cancelled"):
+        run._wait("42", 900.0)
+    polls = [c for c in calls if c[0] == "squeue"]
+    assert 80 <= len(polls) <= 100, len(polls)
+    assert calls[-1] == ["scancel", "42"]
+    assert list(itertools.islice(run.poll_delays(), 8)) == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0]
