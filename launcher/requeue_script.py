@@ -109,14 +109,14 @@ if [ "$restart_count" -ge {q.max} ]; then
 fi
 if scontrol requeue "$SLURM_JOB_ID"; then
     echo "job ${{SLURM_JOB_ID}}: requeued at $(date +%s.%N)"
-    exit 0
-fi
-# A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the checkpoint
-# is saved, so say how to go on rather than end as if the work were done.
-jobscript=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=//p') || true
-echo "job ${{SLURM_JOB_ID}}: scontrol requeue was refused: the checkpoint is saved; resume" \
-    "with: sbatch ${{jobscript:-this jobscript}}" >&2
-exit {EXIT_MAX_REACHED}"""]
+else
+    # A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the
+    # checkpoint is saved, so say how to go on rather than end as if the work were done.
+    jobscript=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=//p') || true
+    echo "job ${{SLURM_JOB_ID}}: scontrol requeue was refused: the checkpoint is saved; resume" \\
+        "with: sbatch ${{jobscript:-this jobscript}}" >&2
+    exit {EXIT_MAX_REACHED}
+fi"""]
 
 
 __all__ = ["EXIT_MAX_REACHED", "launch_lines", "setup_lines", "sbatch_options"]
