@@ -47,7 +47,7 @@ def _expand_ranges(ranges: str, text: str) -> List[str]:
 
 def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str = "$PWD") -> str:
     """What each node of a hypothetical allocation would run, with node rank and is_host."""
-    _, plan = plan_launch(spec)
+    runtime, plan = plan_launch(spec)
     mode = mode_for(spec.launch.mode)
     nodes = expand_nodelist(nodelist)
     port = spec.launch.rdzv_port or DEFAULT_PORT_BASE + job_id % 1000
@@ -68,8 +68,9 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
             lines.append(f"# in the background ({step.comment}): "
                          + " ".join(resolve(step.argv, values)))
     lines.append("# started by: " + " ".join(resolve(plan.starter, values)))
-    if plan.setup:
-        lines.append("# once per node first: " + " ".join(resolve(plan.setup, values)))
+    setup = runtime.setup_step()
+    if setup:
+        lines.append("# once per node first: " + " ".join(resolve(setup, values)))
     for node_rank, node in enumerate(nodes):
         is_host = "-" if not plan.rendezvous else ("yes" if node_rank == 0 else "no")
         lines.append(f"node {node_rank} {node}: node_rank={node_rank} is_host={is_host}")

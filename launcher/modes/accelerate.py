@@ -24,7 +24,7 @@ from launcher.model import JobSpec, SpecError
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import command_argv
 from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
-    RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+    RDZV_PORT, no_requeue, node_argv, processes, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -74,7 +74,7 @@ class Accelerate(LaunchMode):
         head = [launch.option("config_file", ""), "1" if spec.job.gpus_per_node == 0 else "0"]
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(node_argv(rt, spec, SCRIPT, "accelerate-node", head, launcher)))
-        return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
+        return Plan(self.name, 1, True, True, False, rt.setup_step(), (step,),
                     spec.job.node_output is not None,
                     scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
                              (SCRIPT.name, NODE_SCRIPT)),

@@ -24,7 +24,7 @@ from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import command_argv
 from launcher.modes.common import IFNAME_TASK_ENV, PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
-    no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+    no_requeue, node_argv, processes, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -75,7 +75,7 @@ class Deepspeed(LaunchMode):
                  Assign("ds_suffix", spec.site.hostname_suffix),
                  Assign("ds_slots", str(launch.procs_per_node)),
                  Raw(HOSTS_LINES.rstrip("\n")))
-        return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
+        return Plan(self.name, 1, True, True, False, rt.setup_step(), (step,),
                     spec.job.node_output is not None,
                     scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
                              (SCRIPT.name, NODE_SCRIPT)),

@@ -7,7 +7,7 @@ from typing import Any, Dict, Mapping
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import MPI_TASK_ENV, MPI_TASK_NAMES, NTASKS, mpirun_argv, \
-    no_pyxis, scripted_task, setup_argv, srun_argv, task_env_for
+    check_mpirun, scripted_task, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.yamlread import Reader
 
@@ -33,12 +33,12 @@ class Horovod(LaunchMode):
         if spec.launch.mpi == "srun":
             mpi = (f"--mpi={spec.launch.mpi_plugin}",)
             step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node, mpi)), task)
-            return Plan(self.name, per_node, True, True, False, setup_argv(spec, rt), (step,),
+            return Plan(self.name, per_node, True, True, False, rt.setup_step(), (step,),
                         spec.job.node_output is not None,
                         scripts=((TASK_ENV_NAME, task_env_for(rt, MPI_TASK_ENV)),))
-        no_pyxis(spec, rt)
+        check_mpirun(spec, rt)
         step = Step(self.comment(spec), tuple(mpirun_argv(per_node, NTASKS)), task)
-        return Plan(self.name, per_node, True, True, True, setup_argv(spec, rt), (step,), False,
+        return Plan(self.name, per_node, True, True, True, rt.setup_step(), (step,), False,
                     scripts=((TASK_ENV_NAME, MPI_TASK_ENV),), srun_tasks=1)
 
     def comment(self, spec: JobSpec) -> str:

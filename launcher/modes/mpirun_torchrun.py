@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import NNODES, TORCHRUN_KEYS, mpirun_argv, no_pyxis, processes, \
-    rdzv_timeout_lines, setup_argv, torchrun_argv
+from launcher.modes.common import NNODES, TORCHRUN_KEYS, check_mpirun, mpirun_argv, processes, \
+    rdzv_timeout_lines, torchrun_argv
 from launcher.runtimes import ContainerRuntime
 
 
@@ -16,10 +16,10 @@ class MpirunTorchrun(LaunchMode):
     one_agent = True
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
-        no_pyxis(spec, rt)
+        check_mpirun(spec, rt)
         step = Step(self.comment(spec), tuple(mpirun_argv(1, NNODES)),
                     tuple(rt.wrap(torchrun_argv(spec))))
-        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,), False,
+        return Plan(self.name, 1, True, False, False, rt.setup_step(), (step,), False,
                     batch=tuple(rdzv_timeout_lines(spec)), srun_tasks=1)
 
     def comment(self, spec: JobSpec) -> str:

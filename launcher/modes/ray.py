@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import command_argv, program_argv
-from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, setup_argv, \
+from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, \
     srun_argv
 from launcher.ray_node import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
 from launcher.runtimes import ContainerRuntime
@@ -69,7 +69,7 @@ class Ray(LaunchMode):
         no_requeue(spec, "Ray (the node agents and Ray's daemons)")
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(rt.wrap(self.agent_argv(spec))))
-        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,),
+        return Plan(self.name, 1, True, False, False, rt.setup_step(), (step,),
                     spec.job.node_output is not None)
 
     def comment(self, spec: JobSpec) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from launcher.model import JobSpec
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import TORCHRUN_KEYS, processes, rdzv_timeout_lines, setup_argv, \
+from launcher.modes.common import TORCHRUN_KEYS, processes, rdzv_timeout_lines, \
     srun_argv, torchrun_argv
 from launcher.runtimes import ContainerRuntime
 
@@ -18,7 +18,7 @@ class Torchrun(LaunchMode):
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(rt.wrap(torchrun_argv(spec))))
-        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,),
+        return Plan(self.name, 1, True, False, False, rt.setup_step(), (step,),
                     spec.job.node_output is not None, batch=tuple(rdzv_timeout_lines(spec)))
 
     def comment(self, spec: JobSpec) -> str:
