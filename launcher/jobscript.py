@@ -170,12 +170,11 @@ def _geometry_lines(spec: JobSpec, plan: Plan, runtime: ContainerRuntime,
                     doctor: bool) -> List[Statement]:
     node_sruns = bool(runtime.setup_step()) or doctor or spec.launch.preflight is not None
     out: List[Statement] = cpu_lines(spec, plan.srun_tasks_per_node,
-                                     launch_srun=plan.starter[:1] == ("srun",),
+                                     launch_srun=not plan.via_mpirun,
                                      node_sruns=node_sruns) + node_count_lines()
     if plan.ntasks:
         out.append(Raw(f"ntasks=$((nnodes * {plan.tasks_per_node}))"))
-    if plan.rendezvous:
-        out += rendezvous_lines(spec)
+    out += rendezvous_lines(spec)
     if plan.master_env:
         out.append(MASTER_ENV)
     for name, script in plan.scripts:
@@ -187,8 +186,8 @@ def _geometry_lines(spec: JobSpec, plan: Plan, runtime: ContainerRuntime,
 
 
 def _log_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}'
-    summary += ', rendezvous ${rdzv_host}:${rdzv_port}"' if plan.rendezvous else '"'
+    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}, rendezvous ' \
+        '${rdzv_host}:${rdzv_port}"'
     out: List[Statement] = [Raw('plural=s; if [ "$nnodes" -eq 1 ]; then plural=""; fi'),
                             Raw(summary)]
     if plan.node_logs and spec.job.node_output is not None:
@@ -228,7 +227,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
               _geometry_lines(spec, plan, runtime, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
               [] if doctor else hangs_script.setup_lines(),
-              requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
+              requeue_script.setup_lines(spec, via_mpirun=plan.via_mpirun)]
     for block in blocks:
         if block:
             lines += [render_statement(s) for s in block] + [""]
@@ -245,24 +244,11 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
 
 
 def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
-    """The teardown trap, then each step in order; the foreground step's status is the job's."""
-    lines: List[str] = []
-    if plan.teardown:
-        lines += ["# Teardown on every exit: success, failure and cancel.",
-                  "teardown() {", plan.teardown.rstrip("\n"), "}", "trap teardown EXIT", ""]
-    for step in plan.steps:
-        if step.script:
-            lines += [f"# {step.comment}.", step.script.rstrip("\n"), ""]
-        elif step.background:
-            assert step.pid_var is not None
-            lines += [f"# {step.comment}.", join(step.argv) + " &", f"{step.pid_var}=$!", ""]
-        else:
-            lines += [f"# Launch: {step.comment}.",
-                      *(requeue_script.launch_lines(spec, join(step.argv))
-                        if spec.job.requeue else hangs_script.launch_lines(join(step.argv))), ""]
-    while lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    """The launch; its exit status is the job's."""
+    argv = join(plan.step.argv)
+    return [f"# Launch: {plan.step.comment}.",
+            *(requeue_script.launch_lines(spec, argv) if spec.job.requeue
+              else hangs_script.launch_lines(argv))]
 
 
 __all__ = ["MASTER_ENV", "node_count_lines", "render_jobscript", "rendezvous_lines",

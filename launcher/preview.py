@@ -59,20 +59,15 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
         (str(t) for t in rdzv_timeouts(len(nodes)))
     lines = [f"# preview of {spec.source}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
              f"({nodelist}), job id {job_id}, "
-             f"mode {plan.mode}, {plan.tasks_per_node} task(s) per node"]
-    if plan.rendezvous:
-        lines.append(f"# rendezvous endpoint {host}:{port} (first node + site suffix "
-                     f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}")
-    for step in plan.steps:
-        if step.background:
-            lines.append(f"# in the background ({step.comment}): "
-                         + " ".join(resolve(step.argv, values)))
+             f"mode {spec.launch.mode}, {plan.tasks_per_node} task(s) per node",
+             f"# rendezvous endpoint {host}:{port} (first node + site suffix "
+             f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}"]
     lines.append("# started by: " + " ".join(resolve(plan.starter, values)))
     setup = runtime.setup_step()
     if setup:
         lines.append("# once per node first: " + " ".join(resolve(setup, values)))
     for node_rank, node in enumerate(nodes):
-        is_host = "-" if not plan.rendezvous else ("yes" if node_rank == 0 else "no")
+        is_host = "yes" if node_rank == 0 else "no"
         lines.append(f"node {node_rank} {node}: node_rank={node_rank} is_host={is_host}")
         lines += mode.preview_node(spec, plan, node_rank, len(nodes), values)
     return "\n".join(lines) + "\n"

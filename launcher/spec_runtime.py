@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple, cast
 
-from launcher.model import RUNTIME_KINDS, Bind, Runtime, RuntimeKind
+from launcher.model import Bind, Runtime, RuntimeKind
 from launcher.runtimes import RUNTIMES
 from launcher.runtimes.enroot_scripts import placeholder_problem
 from launcher.spec_values import anchored, expandable, literal
@@ -53,7 +53,7 @@ def load_runtime(r: Reader, value: Any) -> Runtime:
         value = {"kind": value}
     if not isinstance(value, dict):
         raise r.fail("runtime", "must be a mapping with a kind", value)
-    kind = r.choice("runtime.kind", value.get("kind"), RUNTIME_KINDS)
+    kind = r.choice("runtime.kind", value.get("kind"), tuple(RUNTIMES))
     m = r.mapping("runtime", value, RUNTIMES[kind].keys,
                   required=("image",) if kind != "bare" else ())
     nv = m.get("nv", "auto")

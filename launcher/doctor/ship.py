@@ -16,7 +16,6 @@ from typing import List, Literal
 
 from launcher.ifname import PY_IFNAME
 from launcher.model import JobSpec
-from launcher.modes import mode_for
 from launcher.runtimes import ContainerRuntime, node_srun
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
 
@@ -43,8 +42,8 @@ def node_script() -> str:
 def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
     """What the node side checks, from the spec (JSON for the script)."""
     rt, launch = spec.runtime, spec.launch
-    per_node = "command" in mode_for(launch.mode).keys  # modes with a per-node launcher
-    launcher = launch.command[0] if per_node else None
+    # launch.command is empty for a mode without a per-node launcher (srun, horovod).
+    launcher = launch.command[0] if launch.command else None
     return {
         "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],
         "gpus": spec.job.gpus_per_node, "fake_gpus": fake_gpus,

@@ -7,12 +7,15 @@ Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through 
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from launcher.ifname import SOCKET_IFNAME_PY
 from launcher.model import JobSpec, SpecError
+from launcher.runtimes import RUNTIMES
 from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime
 from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
+from launcher.yamlread import Reader
 
 NTASKS = Var("ntasks")
 RDZV_HOST = Var("rdzv_host")
@@ -160,13 +163,26 @@ def rdzv_conf_arg(spec: JobSpec) -> Token:
     return word(*parts)
 
 
+@dataclass(frozen=True)
+class TorchrunOptions:
+    """The options of the modes that start torchrun_jsc per node (torchrun, mpirun_torchrun)."""
+
+    max_restarts: int = 0  # torchrun's --max_restarts
+
+
+def torchrun_options(r: Reader, m: Mapping[str, Any]) -> TorchrunOptions:
+    return TorchrunOptions(max_restarts=r.integer("launch.max_restarts",
+                                                  m.get("max_restarts", 0), 0, 1000))
+
+
 def torchrun_argv(spec: JobSpec) -> List[Token]:
     """torchrun_jsc for one node; the program runs as written (--no-python)."""
     launch = spec.launch
+    options: TorchrunOptions = launch.options
     return [*command_argv(spec), word("--nnodes=", NNODES),
             f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
-            rdzv_conf_arg(spec), f"--max_restarts={launch.max_restarts}", "--no-python",
+            rdzv_conf_arg(spec), f"--max_restarts={options.max_restarts}", "--no-python",
             *program_argv(spec)]
 
 
@@ -209,10 +225,11 @@ def task_env_for(rt: ContainerRuntime, script: str) -> str:
         else script
 
 
-def check_mpirun(spec: JobSpec, rt: ContainerRuntime) -> None:
-    """Refuse a runtime that mpirun cannot start tasks in."""
-    if rt.mpirun_problem:
-        raise SpecError(spec.source, "runtime.kind", rt.mpirun_problem, rt.kind)
+def check_mpirun(spec: JobSpec) -> None:
+    """Refuse a runtime that mpirun cannot start tasks in (the runtime says why)."""
+    problem = RUNTIMES[spec.runtime.kind].mpirun_problem
+    if problem:
+        raise SpecError(spec.source, "runtime.kind", problem, spec.runtime.kind)
 
 PER_NODE_KEYS = {
     "command": "it is the per-node launcher of {modes}; put the program in program",

@@ -7,8 +7,8 @@ from typing import List
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import PER_TASK_NAMES, SRUN_TASK_ENV, scripted_task, \
-    srun_argv, task_env_for
+from launcher.modes.common import PER_TASK_NAMES, SRUN_TASK_ENV, scripted_task, srun_argv, \
+    task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Values, resolve
 
@@ -20,8 +20,7 @@ class Srun(LaunchMode):
         per_node = spec.launch.procs_per_node
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node)),
                     tuple(scripted_task(spec, rt, PER_TASK_NAMES)))
-        return Plan(self.name, per_node, True, True, False, rt.setup_step(), (step,),
-                    spec.job.node_output is not None,
+        return Plan(tasks_per_node=per_node, step=step, master_env=True,
                     scripts=((TASK_ENV_NAME, self.task_script(rt)),))
 
     def task_script(self, rt: ContainerRuntime) -> str:

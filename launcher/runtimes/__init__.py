@@ -2,7 +2,7 @@
 
 Adding a runtime: write launcher/runtimes/NAME.py with a ``ContainerRuntime`` subclass
 (launcher/runtimes/base.py says what it owns), add it to ``RUNTIMES`` below and NAME to
-launcher.model.RUNTIME_KINDS, and add its tests and a checked-in job (docs/development.md).
+launcher.model.RuntimeKind, and add its tests and a checked-in job (docs/development/index.md).
 Nothing else names runtimes: the spec loader, the modes, the doctor and submitit ask the
 runtime object.
 """
