@@ -254,7 +254,9 @@ def _run(args: argparse.Namespace) -> int:
     if target and os.path.realpath(target) == os.path.realpath(args.spec):
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
     if args.command == "check":
-        text = render_jobscript(spec)  # rendering can reject combinations, so check renders
+        # Every check ran in load_spec (the modes' and runtimes' too); rendering only counts
+        # the script's lines for the summary.
+        text = render_jobscript(spec)
         notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         _warn(submit_warnings(spec, os.environ, os.getcwd()))
         found = f", image label {_check_image(spec)}" if args.image else ""

@@ -134,30 +134,49 @@ def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
     return out
 
 
-def _geometry_lines(spec: JobSpec, plan: Plan, doctor: bool) -> List[Statement]:
-    node_sruns = bool(plan.setup) or doctor or spec.launch.preflight is not None
-    out: List[Statement] = cpu_lines(spec, plan.srun_tasks_per_node,
-                                     launch_srun=plan.starter[:1] == ("srun",),
-                                     node_sruns=node_sruns) + [
-        Raw("# The node count comes from the allocation: #SBATCH --nodes is its only source."),
-        Raw('nnodes="$SLURM_JOB_NUM_NODES"'),
+def node_count_lines() -> List[Statement]:
+    """Batch scope: $nnodes, which every per-node srun (launcher.runtimes.node_srun) uses."""
+    return [Raw("# The node count comes from the allocation: #SBATCH --nodes is its only source."),
+            Raw('nnodes="$SLURM_JOB_NUM_NODES"')]
+
+
+def rendezvous_lines(spec: JobSpec) -> List[Statement]:
+    """Batch scope: rdzv_host (the first node's inter-node name) and rdzv_port; no fallback
+    when the node list has no first node. The jobscript's and submitit's one preamble."""
+    port = spec.launch.rdzv_port
+    return [
+        Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
+        Raw('hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"'),
+        Raw("first_node=\"${hostnames%%$'\\n'*}\""),
+        Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
+            'exit 1; fi'),
+        Assign("rdzv_host", word(Var("first_node"), spec.site.hostname_suffix)),
+        Raw(f"rdzv_port=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
+            else f"rdzv_port={port}"),
     ]
+
+
+# env:// for the tasks (MASTER_ADDR/MASTER_PORT), from the rendezvous above.
+MASTER_ENV = Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"')
+
+
+def setup_lines(runtime: ContainerRuntime) -> List[str]:
+    """The runtime's once-per-node set-up step (THE per-node srun), or none."""
+    step = runtime.setup_step()
+    return [f"# Once per node: {runtime.kind} setup.", join(step)] if step else []
+
+
+def _geometry_lines(spec: JobSpec, plan: Plan, runtime: ContainerRuntime,
+                    doctor: bool) -> List[Statement]:
+    node_sruns = bool(runtime.setup_step()) or doctor or spec.launch.preflight is not None
+    out: List[Statement] = cpu_lines(spec, plan.srun_tasks_per_node,
+                                     launch_srun=not plan.via_mpirun,
+                                     node_sruns=node_sruns) + node_count_lines()
     if plan.ntasks:
         out.append(Raw(f"ntasks=$((nnodes * {plan.tasks_per_node}))"))
-    if plan.rendezvous:
-        port = spec.launch.rdzv_port
-        out += [
-            Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
-            Raw('hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"'),
-            Raw("first_node=\"${hostnames%%$'\\n'*}\""),
-            Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
-                'exit 1; fi'),
-            Assign("rdzv_host", word(Var("first_node"), spec.site.hostname_suffix)),
-            Raw(f"rdzv_port=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
-                else f"rdzv_port={port}"),
-        ]
+    out += rendezvous_lines(spec)
     if plan.master_env:
-        out.append(Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"'))
+        out.append(MASTER_ENV)
     for name, script in plan.scripts:
         if name == TASK_ENV_NAME:
             out.append(Raw("# Run by each task (bash -c), so per-task variables expand there, "
@@ -167,8 +186,8 @@ def _geometry_lines(spec: JobSpec, plan: Plan, doctor: bool) -> List[Statement]:
 
 
 def _log_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}'
-    summary += ', rendezvous ${rdzv_host}:${rdzv_port}"' if plan.rendezvous else '"'
+    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}, rendezvous ' \
+        '${rdzv_host}:${rdzv_port}"'
     out: List[Statement] = [Raw('plural=s; if [ "$nnodes" -eq 1 ]; then plural=""; fi'),
                             Raw(summary)]
     if plan.node_logs and spec.job.node_output is not None:
@@ -204,16 +223,17 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
               for k, v in sbatch_options(spec, plan)]
     lines += ["", "set -euo pipefail", ""]
-    blocks = [site_lines(spec), env_lines(spec, runtime), _geometry_lines(spec, plan, doctor),
+    blocks = [site_lines(spec), env_lines(spec, runtime),
+              _geometry_lines(spec, plan, runtime, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
               [] if doctor else hangs_script.setup_lines(),
-              requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
+              requeue_script.setup_lines(spec, via_mpirun=plan.via_mpirun)]
     for block in blocks:
         if block:
             lines += [render_statement(s) for s in block] + [""]
-    if plan.setup:
-        lines += [f"# Once per node: {type(runtime).__name__.lower()} setup.",
-                  join(plan.setup), ""]
+    setup = setup_lines(runtime)
+    if setup:
+        lines += setup + [""]
     preflight = spec.launch.preflight
     if doctor or preflight:
         fake = bool(preflight and preflight.fake_gpus)
@@ -224,24 +244,12 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
 
 
 def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
-    """The teardown trap, then each step in order; the foreground step's status is the job's."""
-    lines: List[str] = []
-    if plan.teardown:
-        lines += ["# Teardown on every exit: success, failure and cancel.",
-                  "teardown() {", plan.teardown.rstrip("\n"), "}", "trap teardown EXIT", ""]
-    for step in plan.steps:
-        if step.script:
-            lines += [f"# {step.comment}.", step.script.rstrip("\n"), ""]
-        elif step.background:
-            assert step.pid_var is not None
-            lines += [f"# {step.comment}.", join(step.argv) + " &", f"{step.pid_var}=$!", ""]
-        else:
-            lines += [f"# Launch: {step.comment}.",
-                      *(requeue_script.launch_lines(spec, join(step.argv))
-                        if spec.job.requeue else hangs_script.launch_lines(join(step.argv))), ""]
-    while lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    """The launch; its exit status is the job's."""
+    argv = join(plan.step.argv)
+    return [f"# Launch: {plan.step.comment}.",
+            *(requeue_script.launch_lines(spec, argv) if spec.job.requeue
+              else hangs_script.launch_lines(argv))]
 
 
-__all__ = ["render_jobscript", "sbatch_options"]
+__all__ = ["MASTER_ENV", "node_count_lines", "render_jobscript", "rendezvous_lines",
+           "sbatch_options", "setup_lines"]

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, Tuple
 
 RuntimeKind = Literal["bare", "apptainer", "enroot", "pyxis"]
-MpiLauncher = Literal["srun", "mpirun"]
-RUNTIME_KINDS: Tuple[str, ...] = ("bare", "apptainer", "enroot", "pyxis")
 MISSING = object()  # SpecError's value when there is none to show
 
 
@@ -134,16 +132,12 @@ class Preflight:
 class Launch:
     mode: str  # a name in launcher.modes.MODES
     procs_per_node: int
-    command: Tuple[str, ...] = ("torchrun_jsc",)  # argv of the per-node launcher
+    command: Tuple[str, ...] = ()  # argv of the per-node launcher (modes that have one)
     rdzv_port: Optional[int] = None
-    max_restarts: int = 0
-    mpi: MpiLauncher = "srun"
-    mpi_plugin: str = "pmix"  # srun --mpi=PLUGIN (horovod with mpi: srun)
     preflight: Optional[Preflight] = None
-    options: Tuple[Tuple[str, Any], ...] = ()  # a mode's own keys (LaunchMode.options)
-
-    def option(self, name: str, default: Any = None) -> Any:
-        return dict(self.options).get(name, default)
+    # The mode's own keys, typed: the frozen dataclass its LaunchMode.options returns (e.g.
+    # launcher.modes.horovod.HorovodOptions), None for a mode without options.
+    options: Any = None
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def _expand_ranges(ranges: str, text: str) -> List[str]:
 
 def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str = "$PWD") -> str:
     """What each node of a hypothetical allocation would run, with node rank and is_host."""
-    _, plan = plan_launch(spec)
+    runtime, plan = plan_launch(spec)
     mode = mode_for(spec.launch.mode)
     nodes = expand_nodelist(nodelist)
     port = spec.launch.rdzv_port or DEFAULT_PORT_BASE + job_id % 1000
@@ -59,19 +59,15 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
         (str(t) for t in rdzv_timeouts(len(nodes)))
     lines = [f"# preview of {spec.source}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
              f"({nodelist}), job id {job_id}, "
-             f"mode {plan.mode}, {plan.tasks_per_node} task(s) per node"]
-    if plan.rendezvous:
-        lines.append(f"# rendezvous endpoint {host}:{port} (first node + site suffix "
-                     f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}")
-    for step in plan.steps:
-        if step.background:
-            lines.append(f"# in the background ({step.comment}): "
-                         + " ".join(resolve(step.argv, values)))
+             f"mode {spec.launch.mode}, {plan.tasks_per_node} task(s) per node",
+             f"# rendezvous endpoint {host}:{port} (first node + site suffix "
+             f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}"]
     lines.append("# started by: " + " ".join(resolve(plan.starter, values)))
-    if plan.setup:
-        lines.append("# once per node first: " + " ".join(resolve(plan.setup, values)))
+    setup = runtime.setup_step()
+    if setup:
+        lines.append("# once per node first: " + " ".join(resolve(setup, values)))
     for node_rank, node in enumerate(nodes):
-        is_host = "-" if not plan.rendezvous else ("yes" if node_rank == 0 else "no")
+        is_host = "yes" if node_rank == 0 else "no"
         lines.append(f"node {node_rank} {node}: node_rank={node_rank} is_host={is_host}")
         lines += mode.preview_node(spec, plan, node_rank, len(nodes), values)
     return "\n".join(lines) + "\n"

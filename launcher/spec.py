@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional, Tuple, cast
+from typing import Any, Optional, Tuple
 
-from launcher.model import Job, JobSpec, Launch, MpiLauncher, SpecError
+from launcher.model import Job, JobSpec, Launch, Site, SpecError
 from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
 from launcher.spec_env import load_env
@@ -28,7 +28,6 @@ _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_
 _LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port", "preflight")
 # Every other launch key belongs to the modes that name it in LaunchMode.keys.
 _LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
-_PLUGIN = re.compile(r"[a-z][a-z0-9_]*\Z")
 # Options the composer writes itself; setting them in job.sbatch would contradict it.
 _MANAGED = {"nodes": "job.nodes", "N": "job.nodes", "job-name": "job.name", "J": "job.name",
             "ntasks": "launch.mode", "ntasks-per-node": "launch.mode",
@@ -48,7 +47,7 @@ def parse_spec(text: str, file: str) -> JobSpec:
     top = r.mapping("", data if data is not None else {}, _TOP, required=("job", "program"))
     job = _load_job(r, top["job"], Path(file).stem)
     site = load_site(r, top.get("site", "generic"))  # before launch: it has the defaults
-    launch = _load_launch(r, top.get("launch", {}), job, site.mpi_plugin)
+    launch = _load_launch(r, top.get("launch", {}), job, site)
     program = tuple(expandable(r, f"program[{i}]", arg) for i, arg in
                     enumerate(r.strings("program", top["program"], empty=True)))  # "" is valid
     if not program or not program[0]:
@@ -56,9 +55,11 @@ def parse_spec(text: str, file: str) -> JobSpec:
                      list(program))
     env = load_env(r, top.get("env", {}))
     site = check_site_env(r, site, env)
-    return JobSpec(source=file, job=job, site=site, env=env,
+    spec = JobSpec(source=file, job=job, site=site, env=env,
                    runtime=load_runtime(r, top.get("runtime", {"kind": "bare"})),
                    launch=launch, program=program)
+    mode_for(launch.mode).check(spec)  # what the mode cannot run (with this runtime, ...)
+    return spec
 
 
 def load_spec(path: str) -> JobSpec:
@@ -146,8 +147,7 @@ def _load_sbatch(r: Reader, value: Any
     return tuple(sorted(out)), tuple(sorted(off))
 
 
-def _load_launch(r: Reader, value: Any, job: Job, mpi_plugin: str = Launch.mpi_plugin
-                 ) -> Launch:
+def _load_launch(r: Reader, value: Any, job: Job, site: Site) -> Launch:
     m = r.mapping("launch", value, _LAUNCH)
     name = r.choice("launch.mode", m.get("mode", "torchrun"), MODE_NAMES)
     mode = mode_for(name)
@@ -156,21 +156,15 @@ def _load_launch(r: Reader, value: Any, job: Job, mpi_plugin: str = Launch.mpi_p
             owners = [o.name for o in MODES.values() if key in o.keys]
             why = MODES[owners[0]].keys[key].format(modes=modes_phrase(owners))
             raise r.fail(f"launch.{key}", f"means nothing in mode {name!r}: {why}", m[key])
-    mpi = r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))
-    options = mode.options(r, m)
     port = m.get("rdzv_port")
     return Launch(
         mode=name,
         procs_per_node=r.integer("launch.procs_per_node",
                                  m.get("procs_per_node", job.gpus_per_node or 1), 1, 1024),
-        command=_command(r, m.get("command", list(mode.default_command) or "torchrun_jsc")),
+        command=_command(r, m["command"]) if "command" in m else mode.default_command,
         rdzv_port=None if port is None else r.integer("launch.rdzv_port", port, 1, 65535),
-        max_restarts=r.integer("launch.max_restarts", m.get("max_restarts", 0), 0, 1000),
-        mpi=cast(MpiLauncher, mpi),
-        mpi_plugin=r.matching("launch.mpi_plugin", m.get("mpi_plugin", mpi_plugin), _PLUGIN,
-                              "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"),
         preflight=load_preflight(r, m.get("preflight")),
-        options=tuple(sorted(options.items())),
+        options=mode.options(r, m, site),
     )
 
 

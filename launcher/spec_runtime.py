@@ -2,7 +2,8 @@
 
 Where it sits: **spec** (called by launcher.spec) -> runtimes -> jobscript text. Image
 references are checked by their form only (nothing here looks at the machine): each
-runtime is refused the images it cannot use, with the form it takes instead.
+runtime (launcher/runtimes/) says which keys, image forms and bind paths it takes; this
+module reads the mapping and asks it.
 """
 
 from __future__ import annotations
@@ -10,27 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple, cast
 
-from launcher.enroot import placeholder_problem
-from launcher.model import RUNTIME_KINDS, Bind, Runtime, RuntimeKind
+from launcher.model import Bind, Runtime, RuntimeKind
+from launcher.runtimes import RUNTIMES
+from launcher.runtimes.enroot_scripts import placeholder_problem
 from launcher.spec_values import anchored, expandable, literal
 from launcher.yamlread import Reader
 
-_RUNTIME = {
-    "bare": ("kind",),
-    "apptainer": ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir"),
-    "enroot": ("kind", "image", "binds", "bind_cwd", "container_name", "data_path", "writable",
-               "keep_old"),
-    "pyxis": ("kind", "image", "binds", "bind_cwd", "container_name", "keep_old"),
-}
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
-_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://")
-# Enroot's and pyxis' registry form [USER@][REGISTRY#]IMAGE[:TAG]: '#' ends the registry.
-_HASH_REF = re.compile(r"([^/@#\s]+@)?[^/#\s]+#[^#\s]+\Z")
-# A first path component that names a registry host (has a '.' or ':', or is localhost).
-_REGISTRY_SLASH = re.compile(r"([^/@#\s]+@)?([^/#\s]*[.:][^/#\s]*|localhost)/")
-_SQUASHFS = (".sqsh", ".squashfs")
-_APPTAINER_SCHEMES = ("docker", "library", "oras", "shub", "http", "https")
-_PYXIS_SCHEMES = ("docker", "dockerd", "podman")
 
 
 def _load_binds(r: Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
@@ -49,10 +36,11 @@ def _load_binds(r: Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
             if not anchored(text):
                 raise r.fail(f"{path}.{end}", f"{end} path must be absolute (or start with "
                              "$VAR or ~, expanded on the node)", text)
-            bad = ":," if kind == "apptainer" else ":, \t\n\r"
-            if any(c in text for c in bad):
+            rule = RUNTIMES[kind].bind_rule
+            bad = rule.found(text) if rule is not None else []
+            if bad:
                 raise r.fail(f"{path}.{end}", f"{kind} cannot express a path containing "
-                             f"{' or '.join(repr(c) for c in bad if c in text)}", text)
+                             f"{' or '.join(bad)}", text)
             ends[end] = text
         binds.append(Bind(ends["source"], ends["target"],
                           r.boolean(f"{path}.read_only", m.get("read_only", False))))
@@ -65,8 +53,8 @@ def load_runtime(r: Reader, value: Any) -> Runtime:
         value = {"kind": value}
     if not isinstance(value, dict):
         raise r.fail("runtime", "must be a mapping with a kind", value)
-    kind = r.choice("runtime.kind", value.get("kind"), RUNTIME_KINDS)
-    m = r.mapping("runtime", value, _RUNTIME[kind],
+    kind = r.choice("runtime.kind", value.get("kind"), tuple(RUNTIMES))
+    m = r.mapping("runtime", value, RUNTIMES[kind].keys,
                   required=("image",) if kind != "bare" else ())
     nv = m.get("nv", "auto")
     name = m.get("container_name")
@@ -99,56 +87,8 @@ def _image(r: Reader, kind: str, value: Any) -> Optional[str]:
     image = r.opt_string("runtime.image", value, newline=False)
     if image is not None:
         expandable(r, "runtime.image", image)
-        problem = {"apptainer": _apptainer_problem, "enroot": _enroot_problem,
-                   "pyxis": _pyxis_problem}[kind](image)
+        problem = RUNTIMES[kind].image_problem(image)
         if problem:
             raise r.fail("runtime.image", problem, image)
     return image
 
-
-def _apptainer_problem(image: str) -> Optional[str]:
-    scheme = _SCHEME.match(image)
-    if scheme and scheme[1] not in _APPTAINER_SCHEMES:
-        return (f"apptainer cannot run {scheme[1]}:// images; it takes a .sif file, a "
-                "sandbox directory, a squashfs file or docker://, library://, oras://, "
-                "shub://, http(s):// references")
-    if _HASH_REF.match(image[scheme.end():] if scheme else image):
-        return ("'#' separates the registry only for Enroot/pyxis; apptainer takes "
-                "docker://REGISTRY/IMAGE[:TAG], e.g. docker://nvcr.io/nvidia/pytorch:24.01")
-    slash = _REGISTRY_SLASH.match(image)
-    if not scheme and slash and not image.endswith((".sif", *_SQUASHFS)) \
-            and not image.startswith(("/", "./", "../", "$", "~")):
-        return (f"apptainer would read this registry reference as a file path; pull it on "
-                f"the login node (apptainer pull image.sif docker://{image}) and name the "
-                ".sif file")
-    return None
-
-
-def _enroot_problem(image: str) -> Optional[str]:
-    if _SCHEME.match(image) or _HASH_REF.match(image):
-        return ("the enroot runtime creates its container from a local squashfs file "
-                "(enroot create); import it first (enroot import -o image.sqsh "
-                "'docker://REGISTRY#IMAGE') or use kind: pyxis for registry images")
-    if not image.endswith(_SQUASHFS):
-        what = "cannot read SIF images" if image.endswith(".sif") else "reads squashfs only"
-        return (f"enroot create {what}: the image must be a squashfs file ending in .sqsh or "
-                ".squashfs (make enroot-image, or enroot import)")
-    return None
-
-
-def _pyxis_problem(image: str) -> Optional[str]:
-    scheme = _SCHEME.match(image)
-    if scheme and scheme[1] not in _PYXIS_SCHEMES:
-        return (f"pyxis cannot import {scheme[1]}:// images; it takes "
-                "[USER@][REGISTRY#]IMAGE[:TAG] (docker://, dockerd://, podman:// allowed) or a "
-                "squashfs file")
-    if image.endswith(".sif"):
-        return "pyxis cannot run SIF images; use a squashfs file (.sqsh) or a registry image"
-    ref = image[scheme.end():] if scheme else image
-    slash = _REGISTRY_SLASH.match(ref)
-    if slash and "#" not in ref and not image.endswith(_SQUASHFS) \
-            and not image.startswith(("/", "./", "../")):
-        fixed = image.replace(slash[2] + "/", slash[2] + "#", 1)
-        return (f"pyxis separates the registry with '#': write {fixed} (as written, "
-                f"{slash[2]} would be taken as a Docker Hub user)")
-    return None

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any, List, Optional
 
 from launcher.model import SITE_PROFILES, Env, Horovod, JobSpec, Site, VenvBuild
+from launcher.modes import mode_for
 from launcher.spec_env import load_values
 from launcher.spec_values import anchored, expandable, literal
 from launcher.yamlread import Reader
@@ -116,9 +117,7 @@ def site_warnings(spec: JobSpec) -> List[str]:
     `submit`). JSC's default MPI is ParaStation MPI; the mpirun modes run the host's mpirun
     with Open MPI's options (--map-by ppr:N:node --bind-to none --tag-output)."""
     launch = spec.launch
-    mpirun = launch.mode == "mpirun_torchrun" or (launch.mode == "horovod" and
-                                                  launch.mpi == "mpirun")
-    if spec.site.profile != "jsc" or not mpirun or \
+    if spec.site.profile != "jsc" or not mode_for(launch.mode).via_mpirun(spec) or \
             any("openmpi" in m.lower() for m in spec.site.modules):
         return []
     return [f"{spec.source}: site.modules: warning: mode {launch.mode} runs the host's mpirun "

@@ -6,13 +6,14 @@ Slurm tasks, inside the spec's container, with what ``init_process_group("env://
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
 first node's inter-node name (its hostname + ``site.hostname_suffix``; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
-MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule
-(launcher.modes.common.SOCKET_IFNAME). Those are set by the composer's task script, in each task,
-before Python starts: submitit's ``python`` command becomes
+MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule. Those are set
+by the jobscript's own preamble (launcher.jobscript.rendezvous_lines) and the srun mode's task
+script (launcher.modes.srun), in each task, before Python starts: submitit's ``python``
+command becomes
 ``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
-Containers: Apptainer (the folder bound at its own path) and Enroot (the composer's per-node
-create step as an srun before submitit's; submitit's variables forwarded by name); pyxis
-is refused (see UNSUPPORTED).
+Containers: Apptainer (the folder bound at its own path) and Enroot (the runtime's per-node
+set-up step, the jobscript's, as an srun before submitit's; submitit's variables forwarded
+by name); a runtime with a ``submitit_problem`` (pyxis) is refused.
 
 ``submitit_plan`` is pure (parameters and shell text); ``executor_for`` only adds the
 import of submitit and the executor object. Do not call submitit's
@@ -31,31 +32,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from launcher.jobscript import env_lines, site_lines
+from launcher.jobscript import MASTER_ENV, env_lines, node_count_lines, rendezvous_lines, \
+    setup_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
+from launcher.modes.srun import Srun
 from launcher.placement import cpu_lines, exclusive_default
-from launcher.modes.common import CPUS_PER_NODE, DEFAULT_PORT_BASE, EXEC_ARGV, \
-    RANKS_FROM_SLURM, SOCKET_IFNAME
-from launcher.runtimes import ContainerRuntime, runtime_for
-from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
+from launcher.runtimes import RUNTIMES, runtime_for
+from launcher.shell import Assign, Raw, Statement, join, render_statement
 from launcher.spec import load_spec
 
 TASK_ENV_VAR = "submitit_task_env"
-TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
-# Runtimes submitit cannot start, and why (one line each, for the SpecError).
-UNSUPPORTED = {
-    "pyxis": "pyxis takes the container through srun flags, and submitit writes its srun "
-             "flags shell-quoted, so the container name stamped on the node and the $PWD "
-             "mount the composer uses cannot be expanded there; use runtime kind enroot "
-             "(the same squashfs, started by enroot) or apptainer",
-}
 # submitit writes its own srun line and quotes its srun_args, so a count known only at run
 # time cannot go on it: srun's input variables carry it, SLURM_CPUS_PER_TASK (Slurm >= 23.11,
 # and before 22.05) and SRUN_CPUS_PER_TASK (22.05, 23.02). No mpirun runs here, which would
 # read SLURM_CPUS_PER_TASK as well (Open MPI divides its slots by it).
 SUBMITIT_CPU_NAMES = ("SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK")
-# What each container runtime cannot bind (the submitit folder must be bound at its path).
-_UNBINDABLE = {"apptainer": ":,", "enroot": ":, \t\n\r"}
 # submitit's own variables (SUBMITIT_EXECUTOR, ...) must reach Python inside Enroot, which
 # forwards variables by name only.
 _SUBMITIT_NAMES = ("SUBMITIT_*",)
@@ -94,32 +85,6 @@ def _bind_root(folder: str) -> str:
     return head.rstrip("/") if head.endswith("/") else (os.path.dirname(head) or "/")
 
 
-def _rendezvous_lines(spec: JobSpec) -> List[Statement]:
-    port = spec.launch.rdzv_port
-    return [
-        Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
-        Raw('hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"'),
-        Raw("first_node=\"${hostnames%%$'\\n'*}\""),
-        Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
-            'exit 1; fi'),
-        Raw(f'export MASTER_ADDR="${{first_node}}{spec.site.hostname_suffix}"'),
-        Raw(f"export MASTER_PORT=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
-            else f"export MASTER_PORT={port}"),
-    ]
-
-
-def _node_setup(runtime: ContainerRuntime) -> List[Statement]:
-    """The runtime's once-per-node step (Enroot: create the container), as its own srun
-    before submitit's, as the composer's jobscripts run it."""
-    inner = runtime.setup_argv()
-    if not inner:
-        return []
-    return [Raw(f"# Once per node: {type(runtime).__name__.lower()} setup."),
-            Raw(join(["srun", "--kill-on-bad-exit=1", word("--nodes=", Var("SLURM_JOB_NUM_NODES")),
-                      word("--ntasks=", Var("SLURM_JOB_NUM_NODES")), "--ntasks-per-node=1",
-                      word("--cpus-per-task=", CPUS_PER_NODE), *inner]) + " || exit 1")]
-
-
 def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> SubmititPlan:
     """The executor's python command, parameters and sbatch set-up lines for ``spec``.
 
@@ -127,17 +92,19 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
     ``python``: the bare runtime's interpreter (default: this one, as submitit does; python3
     from the venv when site.venv is set)."""
     job, kind = spec.job, spec.runtime.kind
-    if kind in UNSUPPORTED:
+    unsupported = RUNTIMES[kind].submitit_problem
+    if unsupported:
         raise SpecError(spec.source, "runtime.kind", f"submitit cannot use {kind}: "
-                        f"{UNSUPPORTED[kind]}", kind)
+                        f"{unsupported}", kind)
     if job.requeue is not None:
         raise SpecError(spec.source, "job.requeue", "submitit requeues by itself (on its "
                         "own USR2 signal; submitit.helpers.Checkpointable); remove job.requeue")
     if not folder.startswith("/"):
         raise ValueError(f"submitit folder must be an absolute path, got {folder!r}")
-    if kind in _UNBINDABLE:
+    rule = RUNTIMES[kind].bind_rule
+    if rule is not None:  # the submitit folder must be bound at its path
         root = _bind_root(folder)
-        bad = [repr(c) for c in _UNBINDABLE[kind] if c in root]
+        bad = rule.found(root)
         if bad:
             raise ValueError(f"{kind} cannot bind the submitit folder {root!r} (it contains "
                              f"{' or '.join(bad)}): choose a folder without them")
@@ -156,12 +123,15 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
         (python or shlex.quote(sys.executable))
     command = f'bash -c "${TASK_ENV_VAR}" submitit-task {inner}'
 
+    setup_step = setup_lines(runtime)
     statements: List[Statement] = [
         *site_lines(spec), *env_lines(spec, runtime),
-        *cpu_lines(spec, spec.launch.procs_per_node, export_names=SUBMITIT_CPU_NAMES), *_rendezvous_lines(spec),
-        *runtime.batch_lines(), *_node_setup(runtime),
+        *cpu_lines(spec, spec.launch.procs_per_node, export_names=SUBMITIT_CPU_NAMES),
+        *node_count_lines(), *rendezvous_lines(spec), MASTER_ENV, *runtime.batch_lines(),
+        # submitit's set-up lines run without set -e: a failed set-up ends the job here.
+        *([Raw(setup_step[0]), Raw(setup_step[1] + " || exit 1")] if setup_step else []),
         Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
-        Assign(TASK_ENV_VAR, TASK_ENV),
+        Assign(TASK_ENV_VAR, Srun().task_script(runtime)),
     ]
     setup = tuple(render_statement(s) for s in statements)
 

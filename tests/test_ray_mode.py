@@ -46,7 +46,7 @@ def test_launch_line_bare():
         f"python3 -c {shlex.quote(RUN_MODULE)} launcher.ray_node "
         '"--head=${rdzv_host}:${rdzv_port}" --suffix=i --procs-per-node=2 --join-timeout=120 '
         "--object-store-memory=100000000 -- python3 -u d.py 'a b' '$(x)'")
-    assert plan.tasks_per_node == 1 and plan.rendezvous and not plan.master_env
+    assert plan.tasks_per_node == 1 and not plan.master_env
 
 
 @pytest.mark.ring1

@@ -30,11 +30,11 @@ HVD = "launch: {mode: horovod}\n"
 
 
 def test_mpi_plugin_default_follows_the_site():
-    assert parse(ONE + "site: jsc\n" + HVD).launch.mpi_plugin == "pspmix"
-    assert parse(ONE + "site: generic\n" + HVD).launch.mpi_plugin == "pmix"
-    assert parse(ONE + HVD).launch.mpi_plugin == "pmix"  # generic is the default site
+    assert parse(ONE + "site: jsc\n" + HVD).launch.options.mpi_plugin == "pspmix"
+    assert parse(ONE + "site: generic\n" + HVD).launch.options.mpi_plugin == "pmix"
+    assert parse(ONE + HVD).launch.options.mpi_plugin == "pmix"  # generic is the default site
     explicit = parse(ONE + "site: jsc\nlaunch: {mode: horovod, mpi_plugin: pmix}\n")
-    assert explicit.launch.mpi_plugin == "pmix"  # an explicit plugin always wins
+    assert explicit.launch.options.mpi_plugin == "pmix"  # an explicit plugin always wins
     text = render_jobscript(parse(ONE + "site: jsc\n" + HVD))
     assert re.search(r"^srun .*--mpi=pspmix ", text, re.M)
 

@@ -5,6 +5,7 @@ import textwrap
 import pytest
 
 from launcher.model import SITE_PROFILES, Bind, SpecError
+from launcher.modes.common import TorchrunOptions
 from launcher.spec import load_spec, parse_spec
 
 pytestmark = pytest.mark.ring1
@@ -35,8 +36,8 @@ def test_minimal_spec_has_documented_defaults():
     assert spec.site == SITE_PROFILES["generic"]
     assert spec.runtime.kind == "bare"
     assert spec.launch.mode == "torchrun" and spec.launch.procs_per_node == 1
-    assert spec.launch.command == ("torchrun_jsc",) and spec.launch.max_restarts == 0
-    assert spec.launch.mpi_plugin == "pmix"
+    assert spec.launch.command == ("torchrun_jsc",)
+    assert spec.launch.options == TorchrunOptions(max_restarts=0)
     assert spec.program == ("python3", "train.py")
 
 

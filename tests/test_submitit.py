@@ -21,7 +21,8 @@ import pytest
 
 from launcher.model import SpecError
 from launcher.spec import parse_spec
-from launcher.submitit import TASK_ENV, minutes, submitit_plan
+from launcher.modes.common import SRUN_TASK_ENV
+from launcher.submitit import minutes, submitit_plan
 from tests.fakes import fake
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,13 +98,16 @@ def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
 
 
 @pytest.mark.ring1
-@pytest.mark.parametrize("site,addr", [("site: jsc", 'export MASTER_ADDR="${first_node}i"'),
-                                       ("site: generic", 'export MASTER_ADDR="${first_node}"')])
+@pytest.mark.parametrize("site,addr", [("site: jsc", 'rdzv_host="${first_node}i"'),
+                                       ("site: generic", 'rdzv_host="${first_node}"')])
 def test_master_is_the_first_nodes_inter_node_name(site, addr):
     setup = submitit_plan(spec(site=site), FOLDER).setup
     assert addr in setup
     assert 'hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"' in setup
-    assert "export MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))" in setup
+    assert "rdzv_port=$((29500 + SLURM_JOB_ID % 1000))" in setup
+    # The jobscript's own preamble: the same rendezvous lines, then env:// from them.
+    at = setup.index('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"')
+    assert at > setup.index(addr)
 
 
 @pytest.mark.ring1
@@ -116,11 +120,11 @@ def test_port_site_and_env_sections_reach_the_setup():
         program: [x]
         """), "e.yaml")
     setup = submitit_plan(s, FOLDER).setup
-    assert "export MASTER_PORT=29400" in setup
+    assert "rdzv_port=29400" in setup
     assert "export GLOO_SOCKET_IFNAME=ib0" in setup and "export NCCL_SOCKET_IFNAME==ib0" in setup
     assert "export NCCL_IB_GID_INDEX=3" in setup
     assert "export HOSTILE='a b '\"'\"'c'\"'\"' $x'" in setup
-    assert setup[-1] == "submitit_task_env=" + shlex.quote(TASK_ENV)
+    assert setup[-1] == "submitit_task_env=" + shlex.quote(SRUN_TASK_ENV)
 
 
 @pytest.mark.ring1
@@ -142,9 +146,10 @@ def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
                            'env "--chdir=${PWD}" python3')
     setup = "\n".join(plan.setup)
     flat = " ".join(setup.replace("\\\n", " ").split())  # the line breaks are the renderer's
-    assert ('srun --kill-on-bad-exit=1 "--nodes=${SLURM_JOB_NUM_NODES}" '
-            '"--ntasks=${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 '
-            '"--cpus-per-task=${cpus_per_node}" bash -c "${enroot_setup}" enroot-setup') in flat
+    assert 'nnodes="$SLURM_JOB_NUM_NODES"' in plan.setup
+    assert ('srun --kill-on-bad-exit=1 "--nodes=${nnodes}" "--ntasks=${nnodes}" '
+            '--ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" bash -c "${enroot_setup}" '
+            'enroot-setup') in flat
     # Enroot forwards by name: submitit's own variables are among the names.
     assert "|SUBMITIT_*|" in setup
 

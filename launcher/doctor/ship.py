@@ -16,10 +16,8 @@ from typing import List, Literal
 
 from launcher.ifname import PY_IFNAME
 from launcher.model import JobSpec
-from launcher.modes import mode_for
-from launcher.modes.common import CPUS_PER_NODE
-from launcher.runtimes import ContainerRuntime
-from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement, word
+from launcher.runtimes import ContainerRuntime, node_srun
+from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
 
 HERE = Path(__file__).resolve().parent
 MIN_TORCH = "1.9"  # torchrun_jsc's own minimum
@@ -44,8 +42,8 @@ def node_script() -> str:
 def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
     """What the node side checks, from the spec (JSON for the script)."""
     rt, launch = spec.runtime, spec.launch
-    per_node = "command" in mode_for(launch.mode).keys  # modes with a per-node launcher
-    launcher = launch.command[0] if per_node else None
+    # launch.command is empty for a mode without a per-node launcher (srun, horovod).
+    launcher = launch.command[0] if launch.command else None
     return {
         "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],
         "gpus": spec.job.gpus_per_node, "fake_gpus": fake_gpus,
@@ -63,11 +61,9 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     CLI (`python -m launcher doctor`), which renders them."""
     conf = json.dumps(node_config(spec, fake_gpus), sort_keys=True)
     where: List[Token] = [Var("doctor_conf"), Var("rdzv_host"), Var("rdzv_port")]
-    # --ntasks too: the job's SLURM_NTASKS (srun/horovod modes) would override
-    # --ntasks-per-node=1 and start two listeners on the first node.
-    step: List[Token] = ["srun", word("--nodes=", Var("nnodes")), word("--ntasks=", Var("nnodes")),
-                         "--ntasks-per-node=1", word("--cpus-per-task=", CPUS_PER_NODE),
-                         *PYTHON_ISOLATED, Var("doctor_py"), "node", *where, "--",
+    # No --kill-on-bad-exit: a node whose check fails still lets every other node report.
+    step: List[Token] = [*node_srun(kill_on_bad_exit=False), *PYTHON_ISOLATED,
+                         Var("doctor_py"), "node", *where, "--",
                          *runtime.wrap([])]
     collect: List[Token] = [*PYTHON_ISOLATED, Var("doctor_py"), output, *where, Var("hostnames"),
                             Var("doctor_t0")]

@@ -1,7 +1,8 @@
 """Launch modes, one module each; this registry is the only list of them.
 
 Adding a mode: write launcher/modes/NAME.py with a ``LaunchMode`` subclass (launcher/modes/
-base.py says what to implement), add an instance to ``_ALL`` below, and add its tests.
+base.py says what to implement), add an instance to ``_ALL`` below, and add its tests and a
+checked-in job (docs/development/index.md: "Adding a launch mode or a container runtime").
 Nothing else names modes: the spec loader, the jobscript, the preview and CPU placement ask
 the mode object.
 """

@@ -18,13 +18,14 @@ The program runs as written (--no_python): [python3, train.py, ...].
 from __future__ import annotations
 
 import shlex
-from typing import Any, Dict, List, Mapping
+from dataclasses import dataclass
+from typing import Any, List, Mapping
 
-from launcher.model import JobSpec, SpecError
+from launcher.model import JobSpec, Site, SpecError
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import command_argv
 from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
-    RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+    RDZV_PORT, no_requeue, node_argv, processes, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -47,6 +48,11 @@ if [ "$cpu" = 1 ]; then export ACCELERATE_USE_CPU=1; fi
 """
 
 
+@dataclass(frozen=True)
+class AccelerateOptions:
+    config_file: str = ""  # accelerate's --config_file; "": a per-job file on each node
+
+
 class Accelerate(LaunchMode):
     name = "accelerate"
     keys = {**PER_NODE_KEYS,
@@ -54,28 +60,31 @@ class Accelerate(LaunchMode):
     default_command = ("accelerate", "launch")
     one_agent = True
 
-    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> AccelerateOptions:
         if "config_file" not in m:
-            return {}
-        return {"config_file": r.string("launch.config_file", m["config_file"],
-                                        newline=False)}
+            return AccelerateOptions()
+        return AccelerateOptions(config_file=r.string("launch.config_file", m["config_file"],
+                                                      newline=False))
 
-    def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
+    def check(self, spec: JobSpec) -> None:
         no_requeue(spec, "accelerate launch")
         launch = spec.launch
         if spec.job.nodes * launch.procs_per_node < 2:
             raise SpecError(spec.source, "launch.procs_per_node", "mode accelerate starts at "
                             "least 2 processes in all (accelerate's --multi_gpu); for one "
                             "process use mode torchrun or srun", launch.procs_per_node)
+
+    def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
+        launch = spec.launch
+        options: AccelerateOptions = launch.options
         launcher = [*command_argv(spec), "--multi_gpu", word("--num_machines=", NNODES),
                     word("--num_processes=", NPROCS), word("--main_process_ip=", RDZV_HOST),
                     word("--main_process_port=", RDZV_PORT), "--rdzv_backend=static",
                     "--no_python"]
-        head = [launch.option("config_file", ""), "1" if spec.job.gpus_per_node == 0 else "0"]
+        head = [options.config_file, "1" if spec.job.gpus_per_node == 0 else "0"]
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(node_argv(rt, spec, SCRIPT, "accelerate-node", head, launcher)))
-        return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
-                    spec.job.node_output is not None,
+        return Plan(tasks_per_node=1, step=step, master_env=True,
                     scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
                              (SCRIPT.name, NODE_SCRIPT)),
                     batch=(Raw(f"nprocs=$((nnodes * {launch.procs_per_node}))  "

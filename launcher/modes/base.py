@@ -1,26 +1,27 @@
-"""What a launch mode is: the plan it renders (steps, not one line) and the class to subclass.
+"""What a launch mode is: the plan it renders and the class to subclass.
 
 Where it sits: spec -> runtimes + **modes** -> jobscript text. A mode is one module in
 launcher/modes/ with one ``LaunchMode`` subclass, registered in launcher/modes/__init__.py.
 It owns everything about itself: the launch keys it takes (and what they mean, for the
-error when another mode is given them), its checks, its plan, the jobscript's launch
-comment, the preview, and the world size the demo checker expects.
+error when another mode is given them), its typed options, its checks (run when the spec is
+loaded), its plan, the jobscript's launch comment, the preview, and the world size the demo
+checker expects. It never names a runtime: it asks the runtime object (launcher/runtimes/).
 
-A plan is data. Its ``steps`` run in order in the batch shell: background steps (``&``, pid
-kept in a variable, e.g. a Ray head and its workers), plain script steps (constant shell
-text, e.g. waiting until every node joined), exactly one foreground step whose exit status
-is the job's, and an optional ``teardown`` (shell text run by an EXIT trap: on success,
-failure and cancel). Per-task values (SLURM_PROCID, SLURM_NODEID, ...) are never expanded at
-batch scope: only inside a task script (``scripts``) that each task runs with ``bash -c``.
+A plan is data, built by keyword: the launch step (``starter + task``: srun or mpirun, and
+what each task runs; its exit status is the job's), the batch-scope values it needs, and the
+task scripts. Per-task values (SLURM_PROCID, SLURM_NODEID, ...) are never expanded at batch
+scope: only inside a task script (``scripts``) that each task runs with ``bash -c``. The
+runtime's per-node set-up step and the preflight are not the mode's: the jobscript asks the
+runtime (``ContainerRuntime.setup_step``) and the spec (``launch.preflight``).
 """
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, ClassVar, List, Mapping, Sequence, Tuple
 
-from launcher.model import JobSpec
+from launcher.model import JobSpec, Site
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Statement, Token, Values, resolve
 from launcher.yamlread import Reader
@@ -30,63 +31,51 @@ TASK_ENV_NAME = "task_env"  # the script variable of a mode's (first) task scrip
 
 @dataclass(frozen=True)
 class Step:
-    """One command of the launch: ``starter + task`` (srun/mpirun and what each task runs),
-    or ``script``, constant shell text the mode writes (no spec value in it)."""
+    """The launch: ``starter + task`` (srun/mpirun, and what each task runs)."""
 
-    comment: str  # written as "# Launch: COMMENT." (foreground) or "# COMMENT." (others)
-    starter: Tuple[Token, ...] = ()
-    task: Tuple[Token, ...] = ()
-    script: str = ""
-    background: bool = False  # `ARGV &`, then `PID_VAR=$!`
-    pid_var: Optional[str] = None
+    comment: str  # written as "# Launch: COMMENT."
+    starter: Tuple[Token, ...]
+    task: Tuple[Token, ...]
 
     @property
     def argv(self) -> Tuple[Token, ...]:
         return self.starter + self.task
 
-    def __post_init__(self) -> None:
-        if bool(self.script) == bool(self.argv):
-            raise ValueError("a step is either an argv or a script")
-        if self.background and (self.script or not self.pid_var):
-            raise ValueError("a background step is an argv with a pid_var")
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Plan:
-    mode: str
+    """What a mode renders; keyword arguments only (see __init__)."""
+
     tasks_per_node: int  # #SBATCH --ntasks-per-node, and the preview's tasks per node
-    rendezvous: bool  # needs rdzv_host/rdzv_port at batch scope
+    step: Step  # the launch; its exit status is the job's
     master_env: bool  # exports MASTER_ADDR/MASTER_PORT (env://) at batch scope
     ntasks: bool  # needs ntasks=nnodes*tasks_per_node at batch scope
-    setup: Tuple[Token, ...]  # run once per node before the launch; () for none
-    steps: Tuple[Step, ...]  # exactly one without background/script: the foreground step
-    node_logs: bool
+    via_mpirun: bool  # mpirun starts the tasks (one srun task per node: Open MPI's daemons)
     # (variable, text): scripts assigned at batch scope, run by tasks (bash -c "$VAR" ...).
-    scripts: Tuple[Tuple[str, str], ...] = ()
-    batch: Tuple[Statement, ...] = ()  # job-global batch-scope lines (e.g. a per-job file)
-    teardown: str = ""  # shell text of an EXIT trap; "" for none
-    srun_tasks: Optional[int] = None  # tasks srun starts per node; None: tasks_per_node
+    scripts: Tuple[Tuple[str, str], ...]
+    batch: Tuple[Statement, ...]  # job-global batch-scope lines (e.g. a per-job file)
 
-    def __post_init__(self) -> None:
-        if len([s for s in self.steps if not s.background and not s.script]) != 1:
-            raise ValueError("a plan has exactly one foreground step")
-
-    @property
-    def main(self) -> Step:
-        """The foreground step: its exit status is the job's."""
-        return next(s for s in self.steps if not s.background and not s.script)
+    def __init__(self, *, tasks_per_node: int, step: Step, master_env: bool = False,
+                 ntasks: bool = False, via_mpirun: bool = False,
+                 scripts: Tuple[Tuple[str, str], ...] = (),
+                 batch: Tuple[Statement, ...] = ()) -> None:
+        # Python 3.8 has no dataclass(kw_only=True): the same, written out.
+        for name, value in (("tasks_per_node", tasks_per_node), ("step", step),
+                            ("master_env", master_env), ("ntasks", ntasks),
+                            ("via_mpirun", via_mpirun), ("scripts", scripts), ("batch", batch)):
+            object.__setattr__(self, name, value)
 
     @property
     def starter(self) -> Tuple[Token, ...]:
-        return self.main.starter
+        return self.step.starter
 
     @property
     def task(self) -> Tuple[Token, ...]:
-        return self.main.task
+        return self.step.task
 
     @property
     def launch(self) -> Tuple[Token, ...]:
-        return self.main.argv
+        return self.step.argv
 
     @property
     def task_env(self) -> str:
@@ -94,8 +83,14 @@ class Plan:
 
     @property
     def srun_tasks_per_node(self) -> int:
-        """Tasks srun starts per node (CPU placement): one for a per-node agent or daemon."""
-        return self.tasks_per_node if self.srun_tasks is None else self.srun_tasks
+        """Tasks the kit's srun starts per node (CPU placement): under mpirun one per node
+        (Open MPI's daemon), else the launch's tasks."""
+        return 1 if self.via_mpirun else self.tasks_per_node
+
+    @property
+    def node_logs(self) -> bool:
+        """One log file per node (job.node_output): srun's --output; mpirun has none."""
+        return not self.via_mpirun
 
 
 class LaunchMode:
@@ -109,10 +104,20 @@ class LaunchMode:
     default_command: ClassVar[Tuple[str, ...]] = ()  # launch.command when the spec has none
     one_agent: ClassVar[bool] = False  # one launcher per node starts procs_per_node workers
 
-    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
-        """Validate this mode's own keys (beyond the shared Launch fields) into values kept
-        in Launch.options; also cross-checks of the launch mapping. r.fail for errors."""
-        return {}
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> Any:
+        """Validate this mode's own keys (beyond the shared Launch fields) into its typed
+        options (a frozen dataclass, kept in Launch.options; None for a mode without
+        options); also cross-checks of the launch mapping. r.fail for errors. ``site``: the
+        spec's site profile, for the defaults it sets (e.g. srun --mpi)."""
+        return None
+
+    def check(self, spec: JobSpec) -> None:
+        """Refuse, with a SpecError, a spec this mode cannot run (called by the spec loader,
+        so that `check` and every other command fail before anything is rendered)."""
+
+    def via_mpirun(self, spec: JobSpec) -> bool:
+        """True when mpirun starts this spec's tasks."""
+        return False
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         raise NotImplementedError
@@ -128,7 +133,7 @@ class LaunchMode:
     def preview_node(self, spec: JobSpec, plan: Plan, node_rank: int, nnodes: int,
                      values: Values) -> List[str]:
         """Preview lines under 'node N HOST: ...': what each task of that node runs."""
-        step = plan.main
+        step = plan.step
         task = resolve(step.task[4:] if plan.task_env else step.task, values)
         text = " ".join(shlex.quote(a) for a in task)
         if self.one_agent:

@@ -7,21 +7,23 @@ Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through 
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from launcher.ifname import SOCKET_IFNAME_PY
 from launcher.model import JobSpec, SpecError
-from launcher.runtimes import ContainerRuntime
+from launcher.runtimes import RUNTIMES
+from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime
 from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
+from launcher.yamlread import Reader
 
-NNODES = Var("nnodes")
 NTASKS = Var("ntasks")
 RDZV_HOST = Var("rdzv_host")
 RDZV_PORT = Var("rdzv_port")
 JOB_ID = Var("SLURM_JOB_ID")
 # Set by launcher.placement.cpu_lines at batch scope; every srun the kit writes asks for its
-# CPUs on its command line with one of them (Slurm >= 23.11 reads no SRUN_CPUS_PER_TASK).
-CPUS_PER_NODE = Var("cpus_per_node")  # one task per node (set-up, doctor, per-node agent)
+# CPUs on its command line with one of them (Slurm >= 23.11 reads no SRUN_CPUS_PER_TASK):
+# CPUS_PER_NODE (launcher.runtimes.base) for one task per node, and
 CPUS_PER_TASK = Var("cpus_per_task")  # the launch's srun: the node's CPUs per task it starts
 TASK_ENV = Var("task_env")  # holds the task script at batch scope, expanded in each task
 DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
@@ -161,13 +163,26 @@ def rdzv_conf_arg(spec: JobSpec) -> Token:
     return word(*parts)
 
 
+@dataclass(frozen=True)
+class TorchrunOptions:
+    """The options of the modes that start torchrun_jsc per node (torchrun, mpirun_torchrun)."""
+
+    max_restarts: int = 0  # torchrun's --max_restarts
+
+
+def torchrun_options(r: Reader, m: Mapping[str, Any]) -> TorchrunOptions:
+    return TorchrunOptions(max_restarts=r.integer("launch.max_restarts",
+                                                  m.get("max_restarts", 0), 0, 1000))
+
+
 def torchrun_argv(spec: JobSpec) -> List[Token]:
     """torchrun_jsc for one node; the program runs as written (--no-python)."""
     launch = spec.launch
+    options: TorchrunOptions = launch.options
     return [*command_argv(spec), word("--nnodes=", NNODES),
             f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
-            rdzv_conf_arg(spec), f"--max_restarts={launch.max_restarts}", "--no-python",
+            rdzv_conf_arg(spec), f"--max_restarts={options.max_restarts}", "--no-python",
             *program_argv(spec)]
 
 
@@ -180,16 +195,6 @@ def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
     if spec.job.node_output is not None:
         out.append(f"--output={spec.job.node_output}")
     return out + runtime.srun_flags()
-
-
-def setup_argv(spec: JobSpec, runtime: ContainerRuntime) -> Tuple[Token, ...]:
-    inner = runtime.setup_argv()
-    if not inner:
-        return ()
-    # --ntasks too: the job's SLURM_NTASKS (srun and horovod modes) would otherwise override
-    # --ntasks-per-node=1 ("can't honor --ntasks-per-node") and start the set-up per task.
-    return ("srun", "--kill-on-bad-exit=1", word("--nodes=", NNODES), word("--ntasks=", NNODES),
-            "--ntasks-per-node=1", word("--cpus-per-task=", CPUS_PER_NODE), *inner)
 
 
 def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
@@ -205,25 +210,26 @@ def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...],
                   argv: Optional[Sequence[Token]] = None, script: Var = TASK_ENV
                   ) -> List[Token]:
     """bash -c "$task_env" task ARGV (ARGV: the program unless given): outside the container
-    (it uses the host's ip and getent) unless pyxis, which puts the whole task, bash
-    included, in the image."""
+    (it uses the host's ip and getent) unless the runtime puts the whole task, bash
+    included, in the image (task_script_inside)."""
     argv = program_argv(spec) if argv is None else argv
-    if rt.config.kind == "pyxis":
+    if rt.task_script_inside:
         return ["bash", "-c", script, "task", *argv]
     return ["bash", "-c", script, "task", *rt.wrap(argv, names)]
 
 
 def task_env_for(rt: ContainerRuntime, script: str) -> str:
-    """Under pyxis the task script runs in the image, which may lack `ip` and `getent`:
-    the interface is found with the image's python3 instead (launcher/ifname.py)."""
-    return script.replace(SOCKET_IFNAME, SOCKET_IFNAME_PY) if rt.config.kind == "pyxis" \
+    """A task script run inside the image (task_script_inside), which may lack `ip` and
+    `getent`: the interface is found with the image's python3 instead (launcher/ifname.py)."""
+    return script.replace(SOCKET_IFNAME, SOCKET_IFNAME_PY) if rt.task_script_inside \
         else script
 
 
-def no_pyxis(spec: JobSpec, rt: ContainerRuntime) -> None:
-    if rt.config.kind == "pyxis":
-        raise SpecError(spec.source, "runtime.kind", "pyxis containers start only through "
-                        "srun; use launch.mpi: srun or another runtime", "pyxis")
+def check_mpirun(spec: JobSpec) -> None:
+    """Refuse a runtime that mpirun cannot start tasks in (the runtime says why)."""
+    problem = RUNTIMES[spec.runtime.kind].mpirun_problem
+    if problem:
+        raise SpecError(spec.source, "runtime.kind", problem, spec.runtime.kind)
 
 PER_NODE_KEYS = {
     "command": "it is the per-node launcher of {modes}; put the program in program",

@@ -18,13 +18,14 @@ The program runs as written (--no_python): [python3, train.py, ...].
 from __future__ import annotations
 
 import shlex
-from typing import Any, Dict, List, Mapping
+from dataclasses import dataclass
+from typing import Any, List, Mapping
 
-from launcher.model import JobSpec
+from launcher.model import JobSpec, Site
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import command_argv
 from launcher.modes.common import IFNAME_TASK_ENV, PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
-    no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+    no_requeue, node_argv, processes, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -50,6 +51,11 @@ done <<<"$hostnames"
 """
 
 
+@dataclass(frozen=True)
+class DeepspeedOptions:
+    local_rank_arg: bool = False  # let deepspeed append --local_rank=N to the program's argv
+
+
 class Deepspeed(LaunchMode):
     name = "deepspeed"
     keys = {**PER_NODE_KEYS,
@@ -58,16 +64,19 @@ class Deepspeed(LaunchMode):
     default_command = ("deepspeed",)
     one_agent = True
 
-    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
-        return {"local_rank_arg": r.boolean("launch.local_rank_arg",
-                                            m.get("local_rank_arg", False))}
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> DeepspeedOptions:
+        return DeepspeedOptions(local_rank_arg=r.boolean("launch.local_rank_arg",
+                                                         m.get("local_rank_arg", False)))
+
+    def check(self, spec: JobSpec) -> None:
+        no_requeue(spec, "the deepspeed launcher")
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
-        no_requeue(spec, "the deepspeed launcher")
         launch = spec.launch
+        options: DeepspeedOptions = launch.options
         launcher = [*command_argv(spec), "--no_ssh", word("--master_addr=", RDZV_HOST),
                     word("--master_port=", RDZV_PORT), "--no_python"]
-        if not launch.option("local_rank_arg", False):
+        if not options.local_rank_arg:
             launcher.append("--no_local_rank")
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(node_argv(rt, spec, SCRIPT, "deepspeed-node", [HOSTS], launcher)))
@@ -75,8 +84,7 @@ class Deepspeed(LaunchMode):
                  Assign("ds_suffix", spec.site.hostname_suffix),
                  Assign("ds_slots", str(launch.procs_per_node)),
                  Raw(HOSTS_LINES.rstrip("\n")))
-        return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
-                    spec.job.node_output is not None,
+        return Plan(tasks_per_node=1, step=step, master_env=True,
                     scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
                              (SCRIPT.name, NODE_SCRIPT)),
                     batch=batch)

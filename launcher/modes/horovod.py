@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
 
-from launcher.model import JobSpec
+from launcher.model import JobSpec, Site
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import MPI_TASK_ENV, MPI_TASK_NAMES, NTASKS, mpirun_argv, \
-    no_pyxis, scripted_task, setup_argv, srun_argv, task_env_for
+from launcher.modes.common import MPI_TASK_ENV, MPI_TASK_NAMES, NTASKS, check_mpirun, \
+    mpirun_argv, scripted_task, srun_argv, task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.yamlread import Reader
+
+_PLUGIN = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class HorovodOptions:
+    mpi: str = "srun"  # who starts the ranks: "srun" (srun --mpi=PLUGIN) or "mpirun"
+    mpi_plugin: str = "pmix"  # srun --mpi=PLUGIN (mpi: srun); the site profile's default
 
 
 class Horovod(LaunchMode):
@@ -19,31 +29,40 @@ class Horovod(LaunchMode):
         "mpi_plugin": "it is srun's --mpi=PLUGIN for horovod's MPI ranks",
     }
 
-    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
-        if "mpi_plugin" in m and m.get("mpi", "srun") == "mpirun":
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> HorovodOptions:
+        mpi = r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))
+        if "mpi_plugin" in m and mpi == "mpirun":
             raise r.fail("launch.mpi_plugin", "is srun's --mpi=PLUGIN; with launch.mpi: mpirun "
                          "Open MPI starts the ranks itself", m["mpi_plugin"])
-        return {}
+        return HorovodOptions(mpi=mpi, mpi_plugin=r.matching(
+            "launch.mpi_plugin", m.get("mpi_plugin", site.mpi_plugin), _PLUGIN,
+            "an srun --mpi plugin name such as pmix, pmix_v4, pmi2 or none"))
+
+    def check(self, spec: JobSpec) -> None:
+        if self.via_mpirun(spec):
+            check_mpirun(spec)
+
+    def via_mpirun(self, spec: JobSpec) -> bool:
+        options: HorovodOptions = spec.launch.options
+        return options.mpi == "mpirun"
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         # MPI gives each rank its rank; the task script only picks the socket interfaces,
         # towards the first node (MASTER_ADDR).
         per_node = spec.launch.procs_per_node
         task = tuple(scripted_task(spec, rt, MPI_TASK_NAMES))
-        if spec.launch.mpi == "srun":
-            mpi = (f"--mpi={spec.launch.mpi_plugin}",)
+        if not self.via_mpirun(spec):
+            mpi = (f"--mpi={spec.launch.options.mpi_plugin}",)
             step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node, mpi)), task)
-            return Plan(self.name, per_node, True, True, False, setup_argv(spec, rt), (step,),
-                        spec.job.node_output is not None,
+            return Plan(tasks_per_node=per_node, step=step, master_env=True,
                         scripts=((TASK_ENV_NAME, task_env_for(rt, MPI_TASK_ENV)),))
-        no_pyxis(spec, rt)
         step = Step(self.comment(spec), tuple(mpirun_argv(per_node, NTASKS)), task)
-        return Plan(self.name, per_node, True, True, True, setup_argv(spec, rt), (step,), False,
-                    scripts=((TASK_ENV_NAME, MPI_TASK_ENV),), srun_tasks=1)
+        return Plan(tasks_per_node=per_node, step=step, master_env=True, ntasks=True,
+                    via_mpirun=True, scripts=((TASK_ENV_NAME, MPI_TASK_ENV),))
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch
         n = launch.procs_per_node
         per_gpu = ", one per GPU" if n == spec.job.gpus_per_node else ""
-        via = f"srun --mpi={launch.mpi_plugin}" if launch.mpi == "srun" else "mpirun"
+        via = "mpirun" if self.via_mpirun(spec) else f"srun --mpi={launch.options.mpi_plugin}"
         return f"{n} MPI rank{'s' if n != 1 else ''} per node{per_gpu} via {via}"

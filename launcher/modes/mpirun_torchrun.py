@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from launcher.model import JobSpec
+from typing import Any, Mapping
+
+from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import NNODES, TORCHRUN_KEYS, mpirun_argv, no_pyxis, processes, \
-    rdzv_timeout_lines, setup_argv, torchrun_argv
+from launcher.modes.common import NNODES, TORCHRUN_KEYS, TorchrunOptions, check_mpirun, \
+    mpirun_argv, processes, rdzv_timeout_lines, torchrun_argv, torchrun_options
 from launcher.runtimes import ContainerRuntime
+from launcher.yamlread import Reader
 
 
 class MpirunTorchrun(LaunchMode):
@@ -15,12 +18,20 @@ class MpirunTorchrun(LaunchMode):
     default_command = ("torchrun_jsc",)
     one_agent = True
 
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> TorchrunOptions:
+        return torchrun_options(r, m)
+
+    def check(self, spec: JobSpec) -> None:
+        check_mpirun(spec)
+
+    def via_mpirun(self, spec: JobSpec) -> bool:
+        return True
+
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
-        no_pyxis(spec, rt)
         step = Step(self.comment(spec), tuple(mpirun_argv(1, NNODES)),
                     tuple(rt.wrap(torchrun_argv(spec))))
-        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,), False,
-                    batch=tuple(rdzv_timeout_lines(spec)), srun_tasks=1)
+        return Plan(tasks_per_node=1, step=step, via_mpirun=True,
+                    batch=tuple(rdzv_timeout_lines(spec)))
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

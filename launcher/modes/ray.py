@@ -12,12 +12,13 @@ ordinary srun task, and the image (or venv) must hold ray and this package.
 from __future__ import annotations
 
 import shlex
-from typing import Any, Dict, List, Mapping
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional
 
-from launcher.model import JobSpec
+from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import command_argv, program_argv
-from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, setup_argv, \
+from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, \
     srun_argv
 from launcher.ray_node import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
 from launcher.runtimes import ContainerRuntime
@@ -33,6 +34,12 @@ RUN_MODULE = ("import runpy, sys; sys.path[:1] = [p for p in sys.path[:1] if p];
 AGENT = ("python3", "-c", RUN_MODULE, "launcher.ray_node")
 
 
+@dataclass(frozen=True)
+class RayOptions:
+    object_store_memory: Optional[int] = None  # Ray's --object-store-memory per node, bytes
+    join_timeout: int = int(DEFAULT_JOIN_TIMEOUT_S)  # seconds the head waits for every node
+
+
 class Ray(LaunchMode):
     name = "ray"
     keys = {
@@ -43,34 +50,33 @@ class Ray(LaunchMode):
     default_command = AGENT
     one_agent = True
 
-    def options(self, r: Reader, m: Mapping[str, Any]) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        if "object_store_memory" in m:
-            out["object_store_memory"] = r.integer(
-                "launch.object_store_memory", m["object_store_memory"],
-                MIN_OBJECT_STORE_BYTES, 1 << 50)
-        if "join_timeout" in m:
-            out["join_timeout"] = r.integer("launch.join_timeout", m["join_timeout"], 1, 86400)
-        return out
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> RayOptions:
+        memory = m.get("object_store_memory")
+        return RayOptions(
+            object_store_memory=None if memory is None else r.integer(
+                "launch.object_store_memory", memory, MIN_OBJECT_STORE_BYTES, 1 << 50),
+            join_timeout=r.integer("launch.join_timeout",
+                                   m.get("join_timeout", RayOptions.join_timeout), 1, 86400))
+
+    def check(self, spec: JobSpec) -> None:
+        no_requeue(spec, "Ray (the node agents and Ray's daemons)")
 
     def agent_argv(self, spec: JobSpec) -> List[Token]:
         launch = spec.launch
+        options: RayOptions = launch.options
         out: List[Token] = [*command_argv(spec), word("--head=", RDZV_HOST, ":", RDZV_PORT)]
         if spec.site.hostname_suffix:
             out.append(f"--suffix={spec.site.hostname_suffix}")
         out += [f"--procs-per-node={launch.procs_per_node}",
-                f"--join-timeout={launch.option('join_timeout', int(DEFAULT_JOIN_TIMEOUT_S))}"]
-        memory = launch.option("object_store_memory")
-        if memory is not None:
-            out.append(f"--object-store-memory={memory}")
+                f"--join-timeout={options.join_timeout}"]
+        if options.object_store_memory is not None:
+            out.append(f"--object-store-memory={options.object_store_memory}")
         return out + ["--", *program_argv(spec)]
 
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
-        no_requeue(spec, "Ray (the node agents and Ray's daemons)")
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(rt.wrap(self.agent_argv(spec))))
-        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,),
-                    spec.job.node_output is not None)
+        return Plan(tasks_per_node=1, step=step)
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node

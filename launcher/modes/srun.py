@@ -7,8 +7,8 @@ from typing import List
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import PER_TASK_NAMES, SRUN_TASK_ENV, scripted_task, setup_argv, \
-    srun_argv, task_env_for
+from launcher.modes.common import PER_TASK_NAMES, SRUN_TASK_ENV, scripted_task, srun_argv, \
+    task_env_for
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Values, resolve
 
@@ -20,9 +20,13 @@ class Srun(LaunchMode):
         per_node = spec.launch.procs_per_node
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node)),
                     tuple(scripted_task(spec, rt, PER_TASK_NAMES)))
-        return Plan(self.name, per_node, True, True, False, setup_argv(spec, rt), (step,),
-                    spec.job.node_output is not None,
-                    scripts=((TASK_ENV_NAME, task_env_for(rt, SRUN_TASK_ENV)),))
+        return Plan(tasks_per_node=per_node, step=step, master_env=True,
+                    scripts=((TASK_ENV_NAME, self.task_script(rt)),))
+
+    def task_script(self, rt: ContainerRuntime) -> str:
+        """What each task runs first (bash -c): ranks from Slurm's per-task variables, the
+        socket interface, then the argv. submitit's tasks run the same (launcher.submitit)."""
+        return task_env_for(rt, SRUN_TASK_ENV)
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node

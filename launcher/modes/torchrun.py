@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from launcher.model import JobSpec
+from typing import Any, Mapping
+
+from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import TORCHRUN_KEYS, processes, rdzv_timeout_lines, setup_argv, \
-    srun_argv, torchrun_argv
+from launcher.modes.common import TORCHRUN_KEYS, TorchrunOptions, processes, \
+    rdzv_timeout_lines, srun_argv, torchrun_argv, torchrun_options
 from launcher.runtimes import ContainerRuntime
+from launcher.yamlread import Reader
 
 
 class Torchrun(LaunchMode):
@@ -15,11 +18,13 @@ class Torchrun(LaunchMode):
     default_command = ("torchrun_jsc",)
     one_agent = True
 
+    def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> TorchrunOptions:
+        return torchrun_options(r, m)
+
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(rt.wrap(torchrun_argv(spec))))
-        return Plan(self.name, 1, True, False, False, setup_argv(spec, rt), (step,),
-                    spec.job.node_output is not None, batch=tuple(rdzv_timeout_lines(spec)))
+        return Plan(tasks_per_node=1, step=step, batch=tuple(rdzv_timeout_lines(spec)))
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

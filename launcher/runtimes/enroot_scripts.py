@@ -1,6 +1,7 @@
-"""Enroot's run-time scripts and the data-path placeholders, for launcher.runtimes.
+"""Enroot's run-time scripts, its mount rule and the data-path placeholders, for the enroot
+and pyxis runtimes (launcher/runtimes/enroot.py, pyxis.py).
 
-Where it sits: spec -> **runtimes (enroot)** + modes -> jobscript text. The scripts are
+Where it sits: spec -> **runtimes (enroot, pyxis)** + modes -> jobscript text. The scripts are
 constants run with ``bash -c SCRIPT NAME ARGS...``: on each node once (create) and in each
 task (start), so per-node and per-task values expand where they exist, never at batch scope.
 """
@@ -10,7 +11,12 @@ from __future__ import annotations
 import re
 from typing import List, Sequence, Tuple, Union
 
+from launcher.runtimes.base import BindRule
 from launcher.shell import Var, Word, case_patterns, word
+
+# Enroot's --mount SRC:DST[:FLAGS] (and pyxis' --container-mounts, a ','-separated list of
+# them) splits on ':', ',' and whitespace: a path that holds one cannot be mounted.
+MOUNT_RULE = BindRule(":,", whitespace=True)
 
 # The data path may name the user and the job through these placeholders only; the script
 # fills them in on the node (never through a shell expansion written in the spec).
@@ -101,7 +107,7 @@ for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | 
 done"""
 
 
-# The per-user cache directory (launcher.runtimes.cache_lines), made on the node: never
+# The per-user cache directory (launcher.runtimes.base.cache_lines), made on the node: never
 # followed through a link or taken over from another user (a planted Triton kernel would run
 # in this user's job). Enroot mounts it at its own path over the container's private /tmp;
 # pyxis binds the host's /tmp itself.
@@ -115,9 +121,9 @@ if [ -n "$cache" ]; then
     fi
 fi
 """
-CACHE_MOUNT = """\
-case "${TORCHRUN_JSC_CACHE:-}" in *[[:space:]:,]*)
-    echo "enroot cannot mount TORCHRUN_JSC_CACHE=$TORCHRUN_JSC_CACHE (it contains whitespace, ':' or ',')" >&2
+CACHE_MOUNT = f"""\
+case "${{TORCHRUN_JSC_CACHE:-}}" in {MOUNT_RULE.glob()})
+    echo "enroot cannot mount TORCHRUN_JSC_CACHE=$TORCHRUN_JSC_CACHE (it contains {MOUNT_RULE.what()})" >&2
     exit 1 ;;
 esac
 """ + CACHE_DIR + """\

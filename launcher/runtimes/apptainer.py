@@ -1,0 +1,59 @@
+"""Runtime apptainer: each task runs in ``apptainer exec [--nv] --bind ... IMAGE``.
+
+Images: a .sif file, a sandbox directory, a squashfs file or a docker://, library://, oras://,
+shub://, http(s):// reference. Binds are written SRC:DST[:ro] and separated by ',', so
+neither ':' nor ',' can be in a bound path. Nothing to set up per node; the task's
+environment reaches the program (Apptainer passes it on).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from launcher.runtimes.base import HASH_REF, PWD, REGISTRY_SLASH, SCHEME, SQUASHFS, BindRule, \
+    ContainerRuntime, bind_text
+from launcher.shell import Assign, Statement, Token, expansion
+
+_SCHEMES = ("docker", "library", "oras", "shub", "http", "https")
+
+
+class Apptainer(ContainerRuntime):
+    kind = "apptainer"
+    keys = ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir")
+    bind_rule = BindRule(":,")
+
+    @classmethod
+    def image_problem(cls, image: str) -> Optional[str]:
+        scheme = SCHEME.match(image)
+        if scheme and scheme[1] not in _SCHEMES:
+            return (f"apptainer cannot run {scheme[1]}:// images; it takes a .sif file, a "
+                    "sandbox directory, a squashfs file or docker://, library://, oras://, "
+                    "shub://, http(s):// references")
+        if HASH_REF.match(image[scheme.end():] if scheme else image):
+            return ("'#' separates the registry only for Enroot/pyxis; apptainer takes "
+                    "docker://REGISTRY/IMAGE[:TAG], e.g. docker://nvcr.io/nvidia/pytorch:24.01")
+        slash = REGISTRY_SLASH.match(image)
+        if not scheme and slash and not image.endswith((".sif", *SQUASHFS)) \
+                and not image.startswith(("/", "./", "../", "$", "~")):
+            return (f"apptainer would read this registry reference as a file path; pull it on "
+                    f"the login node (apptainer pull image.sif docker://{image}) and name the "
+                    ".sif file")
+        return None
+
+    def batch_lines(self) -> List[Statement]:
+        cache = self.config.cache_dir
+        out = self.cwd_guard()
+        return out + ([] if cache is None else
+                      [Assign("APPTAINER_CACHEDIR", expansion(cache), export=True)])
+
+    def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
+        nv = self.config.nv if self.config.nv is not None else self.spec.job.gpus_per_node > 0
+        out: List[Token] = ["apptainer", "exec"]
+        if nv:
+            out.append("--nv")
+        for bind in self.config.binds:
+            out += ["--bind", bind_text(bind, "ro")]
+        if self.config.bind_cwd:
+            out += ["--bind", PWD]
+        assert self.config.image is not None  # the spec loader requires it
+        return out + [expansion(self.config.image), *argv]

@@ -1,0 +1,218 @@
+"""What a container runtime is: the class to subclass, THE per-node srun, the bind rule.
+
+Where it sits: spec -> **runtimes** + modes -> jobscript text. A runtime is one module in
+launcher/runtimes/ with one ``ContainerRuntime`` subclass, registered in
+launcher/runtimes/__init__.py. It owns everything about itself: the spec keys it takes, the
+image forms it can run and the characters it cannot bind (both checked when the spec is
+loaded), its batch lines, its once-per-node set-up step, the srun flags and argv wrapping
+that start a task in it, and what it can run (mpirun, the task script, submitit). Each
+returns argv lists of shell tokens (launcher.shell) and never quotes anything itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar, List, Optional, Sequence, Tuple, Union
+
+from launcher.requeue import MARKER_ENV, SIGNAL_ENV
+from launcher.torchrun_jsc.forward import ENV as FORWARD_ENV
+from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
+    literal_or_word, word
+from launcher.model import Bind, JobSpec, Runtime
+
+PWD = Var("PWD")
+# Batch-scope variables of every jobscript (launcher.jobscript, launcher.submitit): the node
+# count, and the CPUs of a one-task-per-node srun (set by launcher.placement.cpu_lines).
+NNODES = Var("nnodes")
+CPUS_PER_NODE = Var("cpus_per_node")  # one task per node (set-up, doctor, per-node agent)
+DRIVER_CAPS = "NVIDIA_DRIVER_CAPABILITIES"
+# Enroot and pyxis: the image's root is read-only (Enroot) and $HOME is not mounted (Enroot's
+# ENROOT_MOUNT_HOME defaults to no), so the usual caches (~/.cache, ~/.triton) fail with EROFS.
+# They go to a node-local per-user directory unless the user or site set them.
+CACHE_ROOT = "TORCHRUN_JSC_CACHE"
+CACHE_NAMES = (CACHE_ROOT, "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME", "TORCH_HOME",
+               "PIP_CACHE_DIR")
+_GPU_SBATCH = ("gpus", "G", "gpus-per-task", "gpus-per-socket")
+# Image references, by form (nothing looks at the machine).
+SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://")
+# Enroot's and pyxis' registry form [USER@][REGISTRY#]IMAGE[:TAG]: '#' ends the registry.
+HASH_REF = re.compile(r"([^/@#\s]+@)?[^/#\s]+#[^#\s]+\Z")
+# A first path component that names a registry host (has a '.' or ':', or is localhost).
+REGISTRY_SLASH = re.compile(r"([^/@#\s]+@)?([^/#\s]*[.:][^/#\s]*|localhost)/")
+SQUASHFS = (".sqsh", ".squashfs")
+
+
+def node_srun(nodes: Var = NNODES, kill_on_bad_exit: bool = True) -> List[Token]:
+    """THE srun that runs one task on every node of the allocation: the runtimes' set-up
+    (``ContainerRuntime.setup_step``, in jobscripts and submitit) and the doctor's checks.
+
+    ``--ntasks`` too: the job's SLURM_NTASKS (srun and horovod modes) would otherwise override
+    --ntasks-per-node=1 ("can't honor --ntasks-per-node") and start the step once per task.
+    ``kill_on_bad_exit``: one failing node ends the step at once (a set-up step: nothing can
+    run without it); the doctor passes False so that every node still sends its report."""
+    return ["srun", *(["--kill-on-bad-exit=1"] if kill_on_bad_exit else []),
+            word("--nodes=", nodes), word("--ntasks=", nodes), "--ntasks-per-node=1",
+            word("--cpus-per-task=", CPUS_PER_NODE)]
+
+
+# What the shell's [:space:] class matches (C locale); a runtime's bind syntax that splits on
+# whitespace cannot take any of them.
+_SPACE = " \t\n\r\v\f"
+
+
+@dataclass(frozen=True)
+class BindRule:
+    """The characters a runtime cannot put in a bind path (its bind syntax separates with
+    them). The one rule behind the spec's bind check, submitit's folder check and the
+    jobscript's guard on the submit directory (a shell glob generated from it)."""
+
+    separators: str  # e.g. ":,"
+    whitespace: bool = False
+
+    @property
+    def chars(self) -> str:
+        return self.separators + (_SPACE if self.whitespace else "")
+
+    def found(self, path: str) -> List[str]:
+        """The characters of ``path`` this runtime cannot bind, as repr()s, in rule order."""
+        return [repr(c) for c in self.chars if c in path]
+
+    def glob(self) -> str:
+        """A shell case pattern matching a path that holds any of them."""
+        return f"*[{'[:space:]' if self.whitespace else ''}{self.separators}]*"
+
+    def what(self) -> str:
+        """'whitespace, ':' or ','' (for messages)."""
+        words = (["whitespace"] if self.whitespace else []) + [repr(c) for c in self.separators]
+        return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def gpus_requested(spec: JobSpec) -> bool:
+    """job.gpus_per_node, or a GPU option in job.sbatch."""
+    return spec.job.gpus_per_node > 0 or any(k in _GPU_SBATCH for k, _ in spec.job.sbatch)
+
+
+@dataclass(frozen=True)
+class ContainerRuntime:
+    """Base: the bare runtime's behaviour. Subclasses override what they need."""
+
+    kind: ClassVar[str] = ""
+    keys: ClassVar[Tuple[str, ...]] = ("kind",)  # the runtime mapping's keys it takes
+    bind_rule: ClassVar[Optional[BindRule]] = None  # None: this runtime binds nothing
+    # The task script (bash -c "$task_env" ...) runs inside the container, with the image's
+    # tools, instead of on the host before the container starts.
+    task_script_inside: ClassVar[bool] = False
+    # Why mpirun cannot start this runtime's tasks ("" when it can).
+    mpirun_problem: ClassVar[str] = ""
+    # Why submitit cannot start this runtime's tasks ("" when it can).
+    submitit_problem: ClassVar[str] = ""
+
+    spec: JobSpec
+
+    @property
+    def config(self) -> Runtime:
+        return self.spec.runtime
+
+    @classmethod
+    def image_problem(cls, image: str) -> Optional[str]:
+        """Why this runtime cannot run ``image`` (by its form), or None."""
+        return None
+
+    def batch_lines(self) -> List[Statement]:
+        """Batch-scope statements this runtime needs (job-global values only)."""
+        return []
+
+    def setup_argv(self) -> List[Token]:
+        """Argv run once per node before the launch, or [] for none."""
+        return []
+
+    def setup_step(self) -> Tuple[Token, ...]:
+        """The once-per-node set-up as a whole command (node_srun + setup_argv), () for none."""
+        inner = self.setup_argv()
+        return tuple(node_srun() + inner) if inner else ()
+
+    def cwd_guard(self) -> List[Statement]:
+        """Fail loudly when the submit directory cannot be written as this runtime's bind."""
+        if not self.config.bind_cwd or self.bind_rule is None:
+            return []
+        return [Raw(f'case "$PWD" in {self.bind_rule.glob()})\n'
+                    f'    echo "{self.kind} cannot bind the submit directory $PWD (it contains '
+                    f'{self.bind_rule.what()})" >&2; exit 1 ;;\nesac')]
+
+    def srun_flags(self) -> List[Token]:
+        """Extra flags for every srun that starts tasks of the program."""
+        return []
+
+    def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
+        """The argv that runs ``argv`` inside this runtime; task_env names must reach it."""
+        return list(argv)
+
+    @property
+    def inherits_env(self) -> bool:
+        """True when the task's environment reaches the program without help."""
+        return True
+
+
+def gpu_lines(spec: JobSpec) -> List[Statement]:
+    """Enroot's nvidia hook gives an image without NVIDIA_DRIVER_CAPABILITIES only `utility`:
+    no libcuda, torch sees no GPU and a job that falls back to CPU says nothing. Ask for
+    compute unless the site or the user chose (env.set, site.env or the submit environment)."""
+    if not gpus_requested(spec):
+        return []
+    return [Raw("# Enroot's nvidia hook: an image without NVIDIA_DRIVER_CAPABILITIES gets only "
+                "`utility` (no libcuda)."),
+            Raw(f'export {DRIVER_CAPS}="${{{DRIVER_CAPS}:-compute,utility}}"')]
+
+
+def cache_lines() -> List[Statement]:
+    """The caches' variables, each only where unset (docs/guide/runtimes.md: Caches)."""
+    return [
+        Raw("# Caches: the container's root is read-only and $HOME is not mounted, so Triton "
+            "(torch.compile),\n# Hugging Face, torch hub and pip write to a node-local "
+            "per-user directory unless set."),
+        Raw(f'export {CACHE_ROOT}="${{{CACHE_ROOT}:-/tmp/torchrun-jsc-cache-$UID}}"'),
+        Raw(f'export XDG_CACHE_HOME="${{XDG_CACHE_HOME:-${CACHE_ROOT}}}"'),
+        Raw('export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$XDG_CACHE_HOME/triton}" '
+            'HF_HOME="${HF_HOME:-$XDG_CACHE_HOME/huggingface}" \\\n'
+            '    TORCH_HOME="${TORCH_HOME:-$XDG_CACHE_HOME/torch}" '
+            'PIP_CACHE_DIR="${PIP_CACHE_DIR:-$XDG_CACHE_HOME/pip}"'),
+    ]
+
+
+def requeue_names(spec: JobSpec) -> Sequence[str]:
+    # Exported by launcher.requeue_script; read by torchrun_jsc and launcher.requeue.
+    if spec.job.requeue is None:
+        return ()
+    return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)
+
+
+def local_squashfs(image: Optional[str]) -> Optional[str]:
+    return image if image and image.endswith(SQUASHFS) else None
+
+
+def stamped_name(name: Optional[str], image: Optional[str]) -> List[Statement]:
+    """enroot_name=NAME-SIZE-MTIME: a rebuilt image gets a fresh container, an unchanged one
+    is reused by later jobs (both pyxis and Enroot keep named containers across jobs)."""
+    assert image is not None  # the spec loader requires it
+    return [Assign("enroot_image", expansion(image)),
+            Raw('enroot_stamp="$(stat -L -c %s-%Y -- "$enroot_image")"'),
+            Assign("enroot_name", word(name or stem(image), "-", Var("enroot_stamp")))]
+
+
+def bind_parts(bind: Bind, ro_flag: str) -> List[Union[str, Var]]:
+    parts = [*expansion_parts(bind.source), ":", *expansion_parts(bind.target)]
+    return parts + [f":{ro_flag}"] if bind.read_only else parts
+
+
+def bind_text(bind: Bind, ro_flag: str) -> Token:
+    return literal_or_word(*bind_parts(bind, ro_flag))
+
+
+def stem(image: str) -> str:
+    name = image.rstrip("/").rsplit("/", 1)[-1].rsplit("#", 1)[-1]
+    for ext in (".sqsh", ".sif", ".squashfs"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    clean = "".join(c if c.isalnum() or c in "_.-" else "_" for c in name)
+    return clean or "container"

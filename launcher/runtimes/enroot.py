@@ -1,0 +1,89 @@
+"""Runtime enroot: the kit creates the container from a squashfs once per node (``enroot
+create``, launcher/runtimes/enroot_scripts.py SETUP) and starts each task in it (``enroot
+start``, forwarding the task's variables by name: Enroot passes none by itself).
+
+Images: a local squashfs file only (``enroot create`` reads nothing else; registry images
+are imported first, or run with pyxis). Binds are ``--mount SRC:DST:FLAGS``, split on ':'
+and ',' and whitespace, so a bound path cannot hold them.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from launcher import hangs_script
+from launcher.runtimes import enroot_scripts
+from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, HASH_REF, PWD, SCHEME, SQUASHFS, \
+    ContainerRuntime, bind_text, cache_lines, gpu_lines, gpus_requested, \
+    requeue_names, stamped_name
+from launcher.shell import Assign, Raw, Statement, Token, Var, word
+
+
+class Enroot(ContainerRuntime):
+    kind = "enroot"
+    keys = ("kind", "image", "binds", "bind_cwd", "container_name", "data_path", "writable",
+            "keep_old")
+    bind_rule = enroot_scripts.MOUNT_RULE
+
+    @classmethod
+    def image_problem(cls, image: str) -> Optional[str]:
+        if SCHEME.match(image) or HASH_REF.match(image):
+            return ("the enroot runtime creates its container from a local squashfs file "
+                    "(enroot create); import it first (enroot import -o image.sqsh "
+                    "'docker://REGISTRY#IMAGE') or use kind: pyxis for registry images")
+        if not image.endswith(SQUASHFS):
+            what = "cannot read SIF images" if image.endswith(".sif") else "reads squashfs only"
+            return (f"enroot create {what}: the image must be a squashfs file ending in .sqsh or "
+                    ".squashfs (make enroot-image, or enroot import)")
+        return None
+
+    def batch_lines(self) -> List[Statement]:
+        out: List[Statement] = self.cwd_guard()
+        path, lines = enroot_scripts.data_path_word(self.config.data_path
+                                                    or enroot_scripts.DEFAULT_DATA_PATH)
+        out += [Raw(line) for line in lines]
+        out.append(Assign("ENROOT_DATA_PATH", path, export=True))
+        out += gpu_lines(self.spec) + cache_lines()
+        out += stamped_name(self.config.container_name, self.config.image)
+        run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \
+            else Var("enroot_name")
+        out += [Assign("enroot_run", run),
+                Raw("# shellcheck disable=SC2016  # expanded on each node and task, not here"),
+                Assign("enroot_setup", enroot_scripts.SETUP),
+                Raw("# shellcheck disable=SC2016"),
+                Assign("enroot_start", enroot_scripts.start_script(self._names(), cache=True))]
+        return out
+
+    def _names(self) -> List[str]:
+        """What reaches the container by name: Slurm's, the GPUs', every name the script
+        exports (env.set, site.env, the site's socket interface, the task script's, the
+        requeue protocol's, the hang hook's: launcher.hangs_script) and env.pass."""
+        names = set(enroot_scripts.TASK_NAMES) | set(self.spec.env.names) \
+            | {n for n, _ in self.spec.site.env} | set(requeue_names(self.spec)) \
+            | set(CACHE_NAMES) | set(hangs_script.NAMES)
+        if gpus_requested(self.spec):
+            names.add(DRIVER_CAPS)
+        if self.spec.site.socket_ifname:
+            names |= {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
+        return sorted(names | set(self.spec.env.passthrough))
+
+    def setup_argv(self) -> List[Token]:
+        return ["bash", "-c", Var("enroot_setup"), "enroot-setup", Var("enroot_image"),
+                Var("enroot_name"), str(self.config.keep_old), Var("enroot_run")]
+
+    def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
+        # Read-only unless runtime.writable (then a per-job copy): no job writes into a
+        # container that a later job starts.
+        out: List[Token] = ["bash", "-c", Var("enroot_start"), "enroot-start"]
+        if self.config.writable:
+            out.append("--rw")
+        for bind in self.config.binds:
+            out += ["--mount", bind_text(bind, "none:x-create=auto,rbind,ro")]
+        if self.config.bind_cwd:
+            out += ["--mount", word(PWD, ":", PWD)]
+        out += [Var("enroot_run"), "env", word("--chdir=", PWD)]
+        return out + list(argv)
+
+    @property
+    def inherits_env(self) -> bool:
+        return False
