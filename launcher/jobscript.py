@@ -16,10 +16,10 @@ from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.modes import Plan, plan_launch
 from launcher.modes.base import TASK_ENV_NAME
-from launcher.modes.common import DEFAULT_PORT_BASE
 from launcher import hangs_script, requeue_script
 from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
+from launcher.slurm import RDZV_PORT_SH
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
     expansion_names, join, render_statement, require_vars, sbatch_quote, word
 from launcher.model import JobSpec
@@ -153,7 +153,7 @@ def _geometry_lines(spec: JobSpec, plan: Plan, doctor: bool) -> List[Statement]:
             Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
                 'exit 1; fi'),
             Assign("rdzv_host", word(Var("first_node"), spec.site.hostname_suffix)),
-            Raw(f"rdzv_port=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
+            Raw(f"rdzv_port={RDZV_PORT_SH}" if port is None
                 else f"rdzv_port={port}"),
         ]
     if plan.master_env:

@@ -34,10 +34,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from launcher.jobscript import env_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
 from launcher.placement import cpu_lines, exclusive_default
-from launcher.modes.common import CPUS_PER_NODE, DEFAULT_PORT_BASE, EXEC_ARGV, \
+from launcher.modes.common import CPUS_PER_NODE, EXEC_ARGV, \
     RANKS_FROM_SLURM, SOCKET_IFNAME
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
+from launcher.slurm import RDZV_PORT_SH
 from launcher.spec import load_spec
 
 TASK_ENV_VAR = "submitit_task_env"
@@ -103,7 +104,7 @@ def _rendezvous_lines(spec: JobSpec) -> List[Statement]:
         Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
             'exit 1; fi'),
         Raw(f'export MASTER_ADDR="${{first_node}}{spec.site.hostname_suffix}"'),
-        Raw(f"export MASTER_PORT=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
+        Raw(f"export MASTER_PORT={RDZV_PORT_SH}" if port is None
             else f"export MASTER_PORT={port}"),
     ]
 
