@@ -19,7 +19,7 @@ from launcher.modes.base import TASK_ENV_NAME
 from launcher import hangs_script, requeue_script
 from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
-from launcher.slurm import RDZV_PORT_SH
+from launcher.slurm import rdzv_port_lines
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
     expansion_names, join, render_statement, require_vars, sbatch_quote, word
 from launcher.model import JobSpec
@@ -153,9 +153,9 @@ def _geometry_lines(spec: JobSpec, plan: Plan, doctor: bool) -> List[Statement]:
             Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
                 'exit 1; fi'),
             Assign("rdzv_host", word(Var("first_node"), spec.site.hostname_suffix)),
-            Raw(f"rdzv_port={RDZV_PORT_SH}" if port is None
-                else f"rdzv_port={port}"),
         ]
+        out += [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
+                                       rdzv_port_lines("rdzv_port", "rdzv_host"))]
     if plan.master_env:
         out.append(Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"'))
     for name, script in plan.scripts:

@@ -31,6 +31,9 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     if plan.rendezvous:
         lines.append(f"# rendezvous endpoint {host}:{port} (first node + site suffix "
                      f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}")
+        if not spec.launch.rdzv_port:
+            lines.append(f"# (or the next port up that nothing on {nodes[0]} listens on yet, "
+                         "checked when the job starts)")
     for step in plan.steps:
         if step.background:
             lines.append(f"# in the background ({step.comment}): "

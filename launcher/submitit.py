@@ -38,7 +38,7 @@ from launcher.modes.common import CPUS_PER_NODE, EXEC_ARGV, \
     RANKS_FROM_SLURM, SOCKET_IFNAME
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
-from launcher.slurm import RDZV_PORT_SH
+from launcher.slurm import rdzv_port_lines
 from launcher.spec import load_spec
 
 TASK_ENV_VAR = "submitit_task_env"
@@ -104,8 +104,8 @@ def _rendezvous_lines(spec: JobSpec) -> List[Statement]:
         Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
             'exit 1; fi'),
         Raw(f'export MASTER_ADDR="${{first_node}}{spec.site.hostname_suffix}"'),
-        Raw(f"export MASTER_PORT={RDZV_PORT_SH}" if port is None
-            else f"export MASTER_PORT={port}"),
+        *(Raw(line) for line in ([f"export MASTER_PORT={port}"] if port is not None else
+                                 rdzv_port_lines("MASTER_PORT", "MASTER_ADDR", export=True))),
     ]
 
 
