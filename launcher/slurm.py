@@ -46,8 +46,8 @@ def rdzv_port_lines(port: str, host: str, export: bool = False) -> List[str]:
     wrap = f"{PORT_BASE} + ({port} - {PORT_BASE} + 1) % {PORT_SPAN}"
     return [
         f"{'export ' if export else ''}{port}={RDZV_PORT_SH}",
-        f"# In use on the first node (this one) by another job, ids {PORT_SPAN} apart? The next free",
-        "# port then (a connection that succeeds: something listens there).",
+        f"# In use on the first node (this one) by another job, ids {PORT_SPAN} apart? The next "
+        "free\n# port then (a connection that succeeds: something listens there).",
         f"for _ in {{1..{PORT_TRIES}}}; do\n"
         f'  (: <"/dev/tcp/${{{host}}}/${{{port}}}") 2>/dev/null || break\n'
         f"  {port}=$(({wrap}))\ndone",

@@ -20,9 +20,9 @@ from launcher.modes import mode_for
 from launcher.modes.common import CPUS_PER_NODE
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement, word
+from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
 HERE = Path(__file__).resolve().parent
-MIN_TORCH = "1.9"  # torchrun_jsc's own minimum
 Output = Literal["table", "json"]
 
 
@@ -50,7 +50,8 @@ def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
         "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],
         "gpus": spec.job.gpus_per_node, "fake_gpus": fake_gpus,
         "launcher": launcher, "program": spec.program[0],
-        "min_torch": MIN_TORCH if launcher and "torchrun" in launcher.rsplit("/", 1)[-1] else None,
+        "min_torch": MIN_TORCH_TEXT if launcher and "torchrun" in launcher.rsplit("/", 1)[-1]
+        else None,
         "timeout": 5.0, "start_timeout": 10.0, "deadline": 12.0, "max_skew": 2.0,
     }
 
