@@ -1,4 +1,6 @@
-"""Agents that run on the compute nodes, started by the jobs (docs/development/index.md#where-code-runs).
+"""Agents that run on the compute nodes, started by the jobs.
+
+Where code runs: docs/development/index.md#where-code-runs.
 
 The node side: standard library, launcher.slurm, launcher.torchrun_jsc and each other only,
 never a composer module (spec, modes, runtimes, rendering) nor PyYAML. tests/test_layout.py
