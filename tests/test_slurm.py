@@ -127,3 +127,24 @@ def test_a_rendered_job_rendezvouses_on_the_next_free_port(tmp_path: Path):
     assert f"rendezvous localhost:{expected}" in done.stdout
     (run,) = fake.records(tmp_path / "log", "torchrun_jsc")
     assert f"--rdzv_endpoint=localhost:{expected}" in run["argv"]
+
+
+@pytest.mark.ring2
+def test_submitits_setup_exports_the_next_free_port(tmp_path: Path):
+    """The same lines in executor_for's sbatch set-up: MASTER_PORT moves and is exported."""
+    from launcher.submitit import submitit_plan
+
+    spec = parse_spec("job: {nodes: 1}\nsite: generic\nlaunch: {mode: srun}\nprogram: [p]\n",
+                      "s.yaml")
+    setup = "\n".join(submitit_plan(spec, str(tmp_path / "folder")).setup)
+    env = dict(os.environ, **fake.install(tmp_path / "bin", tmp_path / "log"))
+    with ExitStack() as stack:
+        job_id, expected = job_with_taken_ports(stack, 1, range(4242, 5242))
+        env.update(SLURM_JOB_ID=str(job_id), SLURM_JOB_NUM_NODES="1",
+                   SLURM_JOB_NODELIST="localhost", SLURM_JOB_CPUS_PER_NODE="4")
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                               setup + '\nbash -c \'echo "child sees $MASTER_PORT"\'\n'],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"child sees {expected}\n" in done.stdout
