@@ -16,10 +16,10 @@ from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.modes import Plan, plan_launch
 from launcher.modes.base import TASK_ENV_NAME
-from launcher.modes.common import DEFAULT_PORT_BASE
 from launcher import hangs_script, requeue_script
 from launcher.doctor.ship import doctor_lines
 from launcher.runtimes import ContainerRuntime
+from launcher.slurm import rdzv_port_lines
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
     expansion_names, join, render_statement, require_vars, sbatch_quote, word
 from launcher.model import JobSpec
@@ -151,9 +151,8 @@ def rendezvous_lines(spec: JobSpec) -> List[Statement]:
         Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
             'exit 1; fi'),
         Assign("rdzv_host", word(Var("first_node"), spec.site.hostname_suffix)),
-        Raw(f"rdzv_port=$(({DEFAULT_PORT_BASE} + SLURM_JOB_ID % 1000))" if port is None
-            else f"rdzv_port={port}"),
-    ]
+    ] + [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
+                                 rdzv_port_lines("rdzv_port", "rdzv_host"))]
 
 
 # env:// for the tasks (MASTER_ADDR/MASTER_PORT), from the rendezvous above.

@@ -1,5 +1,5 @@
 """Rings 1 and 2 for launch mode ray: the rendered launch, spec errors, and the node agent
-(launcher/ray_node.py) with a fake `ray` and a fake head port, no Ray and no Slurm.
+(launcher/node/ray.py, started as launcher.ray_node) with a fake `ray` and a fake head port, no Ray and no Slurm.
 
 The real thing (Ray on 2 nodes, bare and Apptainer, failures, scancel) is tests/test_e2e_ray.py.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import procs, ray_node
+from launcher.node import procs, ray as ray_node
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import plan_launch

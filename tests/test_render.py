@@ -13,7 +13,8 @@ from launcher import __version__
 from launcher.jobscript import render_jobscript, sbatch_options
 from launcher.modes import plan_launch
 from launcher.modes.common import RANKS_FROM_SLURM
-from launcher.preview import expand_nodelist, render_preview
+from launcher.preview import render_preview
+from launcher.slurm import expand_nodelist
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
 from launcher.model import SpecError
 from launcher.spec import load_spec, parse_spec

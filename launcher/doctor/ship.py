@@ -18,9 +18,9 @@ from launcher.ifname import PY_IFNAME
 from launcher.model import JobSpec
 from launcher.runtimes import ContainerRuntime, node_srun
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
+from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
 HERE = Path(__file__).resolve().parent
-MIN_TORCH = "1.9"  # torchrun_jsc's own minimum
 Output = Literal["table", "json"]
 
 
@@ -48,7 +48,8 @@ def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
         "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],
         "gpus": spec.job.gpus_per_node, "fake_gpus": fake_gpus,
         "launcher": launcher, "program": spec.program[0],
-        "min_torch": MIN_TORCH if launcher and "torchrun" in launcher.rsplit("/", 1)[-1] else None,
+        "min_torch": MIN_TORCH_TEXT if launcher and "torchrun" in launcher.rsplit("/", 1)[-1]
+        else None,
         "timeout": 5.0, "start_timeout": 10.0, "deadline": 12.0, "max_skew": 2.0,
     }
 

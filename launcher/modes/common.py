@@ -26,7 +26,6 @@ JOB_ID = Var("SLURM_JOB_ID")
 # CPUS_PER_NODE (launcher.runtimes.base) for one task per node, and
 CPUS_PER_TASK = Var("cpus_per_task")  # the launch's srun: the node's CPUs per task it starts
 TASK_ENV = Var("task_env")  # holds the task script at batch scope, expanded in each task
-DEFAULT_PORT_BASE = 29500  # port = 29500 + job id % 1000 unless launch.rdzv_port is set
 
 # Scripts that each started task runs (bash -c "$task_env" task ARGV...), so per-task
 # values expand in the task; the real argv comes as arguments ("$@") and is never re-parsed.

@@ -1,4 +1,4 @@
-"""Mode ray: one Ray node agent per node (launcher/ray_node.py) via srun; the program is the
+"""Mode ray: one Ray node agent per node (launcher/node/ray.py) via srun; the program is the
 Ray driver, run once on the first node after every node joined.
 
 The agent starts ``ray start --block`` on its node (the head on node 0 at the first node's
@@ -20,7 +20,7 @@ from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import command_argv, program_argv
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, \
     srun_argv
-from launcher.ray_node import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
+from launcher.node.ray import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Token, Values, resolve, word
 from launcher.yamlread import Reader

@@ -125,7 +125,11 @@ def _record(prog: str, argv: Sequence[str], extra: Dict[str, object] | None = No
     data = {"prog": prog, "argv": list(argv), "cwd": os.getcwd(), "seq": seq,
             "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}}
     data.update(extra or {})
-    (log / f"{seq}.json").write_text(json.dumps(data))
+    # Atomically (a temporary name, then rename): a test reading the records while a fake
+    # still runs must never see a half-written file.
+    tmp = log / f".{seq}.tmp"
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, log / f"{seq}.json")
 
 
 def expand(nodelist: str) -> List[str]:

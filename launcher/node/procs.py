@@ -1,6 +1,6 @@
-"""Child processes of the Ray node agent (launcher/ray_node.py): start, stop, leave nothing.
+"""Child processes of the Ray node agent (launcher/node/ray.py): start, stop, leave nothing.
 
-Where it sits: spec -> mode ray -> jobscript -> srun -> ray_node -> **procs** (``ray start
+Where it sits: spec -> mode ray -> jobscript -> srun -> node.ray -> **procs** (``ray start
 --block`` and the driver). Each child gets a session of its own and dies with the agent
 (PR_SET_PDEATHSIG); stopping one sends SIGTERM, waits, then SIGKILLs its process group and
 every process still in its session.

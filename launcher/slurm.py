@@ -1,0 +1,88 @@
+"""Slurm facts that the login node and the compute nodes both need: standard library only.
+
+Where it sits: on the ground floor. The composer (launcher.preview, launcher.jobscript,
+launcher.submitit) and the node agents (launcher.node.ray) import it; it imports nothing of
+the kit's (docs/development/index.md#where-code-runs).
+
+- :func:`expand_nodelist`: a Slurm hostlist (``jwb[0001-0003,0007],login1``) as node names.
+- The rendezvous port rule: ``29500 + job id % 1000`` unless ``launch.rdzv_port`` fixes it,
+  moved up to the next port nothing listens on when another job on the first node holds it
+  (job ids a multiple of 1000 apart). :func:`rdzv_port` is the rule in Python (the preview),
+  :func:`rdzv_port_lines` the same rule in bash (the batch scripts), both built from the
+  numbers below.
+
+Why a probe, and not a port from Slurm: the batch script runs on the first node of the
+allocation (sbatch(1)), where the rendezvous listens, so it can ask that node which port is
+in use; Slurm's reserved ports (``SLURM_STEP_RESV_PORTS``) exist only for steps, only where
+the site configured ``MpiParams=ports=``, and not in the batch script that writes the port
+into every step's command line. The probe connects to the rendezvous name itself, with bash's
+``/dev/tcp`` (no host python3 needed; a bash without it finds every port free, as before).
+It cannot see a port that another job, started in the same seconds with the same rule's
+port, has not opened yet: ids a multiple of 1000 apart and the same start second on one
+shared node. ``launch.rdzv_port`` fixes the port where even that must not happen.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List
+
+PORT_BASE = 29500  # below Linux's ephemeral ports (32768-60999): the node's own connections
+PORT_SPAN = 1000  # never take one; jobs whose ids differ by a multiple of this share a port
+PORT_TRIES = 100  # ports tried upwards from the rule's, wrapping inside the span
+RDZV_PORT_SH = f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
+
+
+def rdzv_port(job_id: int) -> int:
+    """The default rendezvous port of job ``job_id`` (what :data:`RDZV_PORT_SH` computes)."""
+    return PORT_BASE + job_id % PORT_SPAN
+
+
+def rdzv_port_lines(port: str, host: str, export: bool = False) -> List[str]:
+    """Bash lines that set variable ``port`` to the rule's port, or to the next one up (in
+    the span) when a process on ``host`` already listens there. ``port`` and ``host`` are
+    variable names (``host`` holds the rendezvous name); the batch script runs on the
+    rendezvous node, so a connection that succeeds means the port is taken."""
+    wrap = f"{PORT_BASE} + ({port} - {PORT_BASE} + 1) % {PORT_SPAN}"
+    return [
+        f"{'export ' if export else ''}{port}={RDZV_PORT_SH}",
+        f"# In use on the first node (this one) by another job, ids {PORT_SPAN} apart? The next "
+        "free\n# port then (a connection that succeeds: something listens there).",
+        f"for _ in {{1..{PORT_TRIES}}}; do\n"
+        f'  (: <"/dev/tcp/${{{host}}}/${{{port}}}") 2>/dev/null || break\n'
+        f"  {port}=$(({wrap}))\ndone",
+    ]
+
+
+def expand_nodelist(text: str) -> List[str]:
+    """Expand a Slurm hostlist like ``jwb[0001-0003,0007],login1`` (zero padding kept)."""
+    hosts: List[str] = []
+    items = re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text)
+    if ",".join(items) != text:
+        raise ValueError(f"not a Slurm node list: {text!r} (expected e.g. 'jwb[0001-0004]')")
+    for item in items:
+        names = [""]
+        for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
+            choices = [literal]
+            if ranges:
+                choices = [literal + n for n in _expand_ranges(ranges, text)]
+            names = [a + b for a in names for b in choices]
+        hosts += [n for n in names if n]
+    if not hosts or any(c in "".join(hosts) for c in "[] "):
+        raise ValueError(f"not a Slurm node list: {text!r} (expected e.g. 'jwb[0001-0004]')")
+    return hosts
+
+
+def _expand_ranges(ranges: str, text: str) -> List[str]:
+    out: List[str] = []
+    for part in ranges.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match or (match[2] and int(match[2]) < int(match[1])):
+            raise ValueError(f"not a Slurm node list: {text!r} (bad range {part!r})")
+        lo, hi = match[1], match[2] or match[1]
+        out += [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
+__all__ = ["PORT_BASE", "PORT_SPAN", "PORT_TRIES", "RDZV_PORT_SH", "expand_nodelist",
+           "rdzv_port", "rdzv_port_lines"]
