@@ -6,8 +6,8 @@ Slurm tasks, inside the spec's container, with what ``init_process_group("env://
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
 first node's inter-node name (its hostname + ``site.hostname_suffix``; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
-MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule
-(launcher.modes.common.SOCKET_IFNAME). Those are set by the composer's task script, in each task,
+MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the one rule of launcher/net. Those
+are set by the srun mode's task script (launcher.modes.common.srun_task_env), in each task,
 before Python starts: submitit's ``python`` command becomes
 ``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
 Containers: Apptainer (the folder bound at its own path) and Enroot (the composer's per-node
@@ -34,14 +34,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from launcher.jobscript import env_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
 from launcher.placement import cpu_lines, exclusive_default
-from launcher.modes.common import CPUS_PER_NODE, DEFAULT_PORT_BASE, EXEC_ARGV, \
-    RANKS_FROM_SLURM, SOCKET_IFNAME
+from launcher.modes.common import CPUS_PER_NODE, DEFAULT_PORT_BASE, srun_task_env
 from launcher.runtimes import ContainerRuntime, runtime_for
 from launcher.shell import Assign, Raw, Statement, Var, join, render_statement, word
 from launcher.spec import load_spec
 
-TASK_ENV_VAR = "submitit_task_env"
-TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
+TASK_ENV_VAR = "submitit_task_env"  # holds the srun mode's task script (srun_task_env)
 # Runtimes submitit cannot start, and why (one line each, for the SpecError).
 UNSUPPORTED = {
     "pyxis": "pyxis takes the container through srun flags, and submitit writes its srun "
@@ -161,7 +159,7 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
         *cpu_lines(spec, spec.launch.procs_per_node, export_names=SUBMITIT_CPU_NAMES), *_rendezvous_lines(spec),
         *runtime.batch_lines(), *_node_setup(runtime),
         Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
-        Assign(TASK_ENV_VAR, TASK_ENV),
+        Assign(TASK_ENV_VAR, srun_task_env()),
     ]
     setup = tuple(render_statement(s) for s in statements)
 

@@ -4,28 +4,21 @@ Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node*
 per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
 line) -> launcher.doctor.report (the reports -> the table or JSON, exit status). The first
 node listens on the rendezvous port and answers each other node with its clock; the others
-resolve the name, connect and measure. Shipped to the nodes as text (launcher.doctor.ship
-prepends the address rule of launcher/torchrun_jsc/addresses.py, the interface finder of
-launcher/ifname.py and the node-local checks of launcher/doctor/local.py), so it needs the
-standard library only and runs with the node's python3; imported in the kit, it takes them
-from there. Every check has its own deadline and the node side ends with ``os._exit``, so a
+resolve the name, connect and measure. Shipped to the nodes as source with the rule of
+launcher/net and the node-local checks of launcher/doctor/local.py (launcher/shipped.py,
+bundle "doctor"), so it needs the standard library only and runs with the node's python3. Every check has its own deadline and the node side ends with ``os._exit``, so a
 hung filesystem or a dropped packet costs seconds, not the step.
 """
 
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
-if "candidates" not in globals():  # imported in the kit (shipped: defined above)
-    from launcher.torchrun_jsc.addresses import candidates  # noqa: F401
-if "IFNAME_PY" not in globals():
-    from launcher.ifname import PY_IFNAME as IFNAME_PY  # noqa: F401
-if "cell" not in globals():
-    from launcher.doctor.local import binds, cell, image, inside, rdma_host, space  # noqa: F401
+from launcher.doctor.local import binds, cell, image, inside, rdma_host, space
+from launcher.net.addresses import candidates
+from launcher.net.probe import interface_addresses, source_address
 
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
@@ -183,10 +176,10 @@ def _answer(s, t0, where, skew_max):
     return cell(True, "%.0f ms" % ((t1 - t0) * 1000), where), clock
 
 
-def iface(addr, env, timeout):
-    """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc would
-    pick towards ``addr`` (the address the name check chose by the same rule; None: the name
-    does not resolve), found by launcher/ifname.py."""
+def iface(addr, env):
+    """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc and the
+    task scripts would pick towards ``addr`` (the address the name check chose by the same
+    rule; None: the name does not resolve), by launcher/net/probe.py."""
     names = {n for _, n in socket.if_nameindex()}
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = env.get(var, "")
@@ -199,14 +192,11 @@ def iface(addr, env, timeout):
                             "has %s)" % (want, ", ".join(sorted(names))))
     if addr is None:
         return cell(None, "", "the name does not resolve")
-    try:
-        done = subprocess.run([sys.executable, "-c", IFNAME_PY, addr], capture_output=True,
-                              text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return cell(False, addr, "no interface found within %.0f s" % timeout)
-    if done.returncode != 0:
-        return cell(False, addr, (done.stderr.strip().splitlines() or ["failed"])[-1])
-    return cell(True, env.get("GLOO_SOCKET_IFNAME") or done.stdout.strip())
+    src = source_address(addr, 0)
+    name = interface_addresses().get(src) if src else None
+    if not name:
+        return cell(False, addr, "no interface reaches %s" % addr)
+    return cell(True, env.get("GLOO_SOCKET_IFNAME") or name)
 
 
 def first_cell(first, addr, found, mine):
@@ -244,7 +234,7 @@ def run_node(conf, host, port, wrap, env=None):
     addr, found, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
     nic = {}
     finder = threading.Thread(target=lambda: nic.update(
-        iface=iface(addr, env, conf.get("timeout", 5.0))), daemon=True)
+        iface=iface(addr, env)), daemon=True)
     finder.start()
     mine = [a for a in found if is_local(a)]
     out["first"] = first_cell(first, addr, found, mine)

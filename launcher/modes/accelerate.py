@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Mapping
 
 from launcher.model import JobSpec, SpecError
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import command_argv
-from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
-    RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+from launcher.modes.common import command_argv, ifname_task_env
+from launcher.modes.common import NNODES, PER_NODE_KEYS, RDZV_HOST, \
+    RDZV_PORT, no_requeue, node_argv, processes, setup_argv, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -76,7 +76,7 @@ class Accelerate(LaunchMode):
                     tuple(node_argv(rt, spec, SCRIPT, "accelerate-node", head, launcher)))
         return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
                     spec.job.node_output is not None,
-                    scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
+                    scripts=((TASK_ENV_NAME, ifname_task_env()),
                              (SCRIPT.name, NODE_SCRIPT)),
                     batch=(Raw(f"nprocs=$((nnodes * {launch.procs_per_node}))  "
                                "# accelerate's --num_processes is the total"),))

@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Mapping
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import command_argv
-from launcher.modes.common import IFNAME_TASK_ENV, PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
-    no_requeue, node_argv, processes, setup_argv, srun_argv, task_env_for
+from launcher.modes.common import command_argv, ifname_task_env
+from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
+    no_requeue, node_argv, processes, setup_argv, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -77,7 +77,7 @@ class Deepspeed(LaunchMode):
                  Raw(HOSTS_LINES.rstrip("\n")))
         return Plan(self.name, 1, True, True, False, setup_argv(spec, rt), (step,),
                     spec.job.node_output is not None,
-                    scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
+                    scripts=((TASK_ENV_NAME, ifname_task_env()),
                              (SCRIPT.name, NODE_SCRIPT)),
                     batch=batch)
 

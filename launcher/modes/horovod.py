@@ -6,8 +6,8 @@ from typing import Any, Dict, Mapping
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import MPI_TASK_ENV, MPI_TASK_NAMES, NTASKS, mpirun_argv, \
-    no_pyxis, scripted_task, setup_argv, srun_argv, task_env_for
+from launcher.modes.common import MPI_TASK_NAMES, NTASKS, mpi_task_env, mpirun_argv, \
+    no_pyxis, scripted_task, setup_argv, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.yamlread import Reader
 
@@ -35,11 +35,11 @@ class Horovod(LaunchMode):
             step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node, mpi)), task)
             return Plan(self.name, per_node, True, True, False, setup_argv(spec, rt), (step,),
                         spec.job.node_output is not None,
-                        scripts=((TASK_ENV_NAME, task_env_for(rt, MPI_TASK_ENV)),))
+                        scripts=((TASK_ENV_NAME, mpi_task_env()),))
         no_pyxis(spec, rt)
         step = Step(self.comment(spec), tuple(mpirun_argv(per_node, NTASKS)), task)
         return Plan(self.name, per_node, True, True, True, setup_argv(spec, rt), (step,), False,
-                    scripts=((TASK_ENV_NAME, MPI_TASK_ENV),), srun_tasks=1)
+                    scripts=((TASK_ENV_NAME, mpi_task_env()),), srun_tasks=1)
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

@@ -7,8 +7,8 @@ from typing import List
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import PER_TASK_NAMES, SRUN_TASK_ENV, scripted_task, setup_argv, \
-    srun_argv, task_env_for
+from launcher.modes.common import PER_TASK_NAMES, scripted_task, setup_argv, srun_argv, \
+    srun_task_env
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Values, resolve
 
@@ -22,7 +22,7 @@ class Srun(LaunchMode):
                     tuple(scripted_task(spec, rt, PER_TASK_NAMES)))
         return Plan(self.name, per_node, True, True, False, setup_argv(spec, rt), (step,),
                     spec.job.node_output is not None,
-                    scripts=((TASK_ENV_NAME, task_env_for(rt, SRUN_TASK_ENV)),))
+                    scripts=((TASK_ENV_NAME, srun_task_env()),))
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node

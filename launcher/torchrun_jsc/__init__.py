@@ -22,9 +22,9 @@ from dataclasses import replace
 from types import ModuleType
 from typing import List, Mapping, Optional, Tuple
 
-from .addresses import address_family, resolve_timeout
+from launcher.net.addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
-                     MIN_TORCH, parse_endpoint, passthrough_reason)
+                     MIN_TORCH, MIN_TORCH_TEXT, parse_endpoint, passthrough_reason)
 from . import forward, usage
 
 __all__ = ["main"]
@@ -86,12 +86,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if usage.wants_help(argv):  # --help works on a login node without torch
             print(usage.help_without_torch(str(e)), end="")
             return 0
-        print(f"torchrun_jsc: cannot import torch ({e}); install torch >= 1.9", file=sys.stderr)
+        print(f"torchrun_jsc: cannot import torch ({e}); install torch >= {MIN_TORCH_TEXT}",
+              file=sys.stderr)
         return 2
     version = torch_version(torch.__version__)
     if version < MIN_TORCH:  # before torch.distributed.run existed: refuse in one line
         print(f"torchrun_jsc: error: torch {torch.__version__} is too old; torchrun_jsc needs "
-              "torch >= 1.9 (the first with torchrun)", file=sys.stderr)
+              f"torch >= {MIN_TORCH_TEXT} (the first with torchrun)", file=sys.stderr)
         return 2
     from torch.distributed import run as torch_run
     args = usage.parser(torch_run).parse_args(argv)

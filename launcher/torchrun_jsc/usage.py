@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Sequence, Tuple
 
 from launcher import __version__
+from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
 PROG = "torchrun_jsc"
 DISTRIBUTION = "torchrun-jsc-kit"
@@ -98,7 +99,8 @@ def wants_help(argv: Sequence[str]) -> bool:
 
 
 def help_without_torch(error: str) -> str:
-    note = (f"torch is not importable here ({error}): launching needs torch >= 1.9; with it, "
+    note = (f"torch is not importable here ({error}): launching needs torch >= "
+            f"{MIN_TORCH_TEXT}; with it, "
             f"{PROG} --help also lists every torchrun option.")
     return (f"usage: {PROG} [torchrun options] TRAINING_SCRIPT [ARGS ...]\n\n"
             f"{textwrap.fill(DESCRIPTION, 79)}\n\n{textwrap.fill(note, 79)}\n\n{epilog()}\n")
