@@ -124,6 +124,15 @@ def _free_port() -> int:
 
 
 @pytest.mark.ring2
+def test_bad_address_family_is_the_name_checks_cause():
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1",
+               TORCHRUN_JSC_ADDRESS_FAMILY="inet")
+    rep = node.run_node(_conf(), "127.0.0.1", _free_port(), [], env)
+    assert rep["checks"]["name"] == node.cell(False, "127.0.0.1", "TORCHRUN_JSC_ADDRESS_FAMILY: "
+                                              "expected one of auto, ipv4, ipv6, any, got 'inet'")
+
+
+@pytest.mark.ring2
 def test_one_node_passes_here():
     env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1")
     env.pop("GLOO_SOCKET_IFNAME", None)

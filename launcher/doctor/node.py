@@ -17,7 +17,7 @@ import threading
 import time
 
 from launcher.doctor.local import binds, cell, image, inside, rdma_host, space
-from launcher.net.addresses import candidates
+from launcher.net.addresses import address_family, candidates
 from launcher.net.probe import interface_addresses, source_address
 
 MARK = "torchrun-jsc-doctor-report "
@@ -40,8 +40,9 @@ def in_thread(fn, timeout, late):
     return box[0] if box else late
 
 
-def resolve(host, family, timeout):
-    """(chosen address or None, every address, cell): the rule torchrun_jsc applies."""
+def resolve(host, env, timeout):
+    """(chosen address or None, every address, cell): the rule torchrun_jsc applies, with
+    TORCHRUN_JSC_ADDRESS_FAMILY from ``env`` (a bad value is the cell's cause)."""
     def work():
         infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
         return list(dict.fromkeys(i[4][0].split("%")[0] for i in infos))
@@ -52,7 +53,7 @@ def resolve(host, family, timeout):
     if isinstance(found, dict):  # the thread's crash cell: getaddrinfo's error
         return None, [], cell(False, host, "does not resolve: " + _why(found["cause"]))
     try:
-        chosen = candidates(host, found, family)[0]
+        chosen = candidates(host, found, address_family(env))[0]
     except ValueError as exc:
         return None, found, cell(False, host, exc)
     return chosen, found, cell(True, chosen, ", ".join(found))
@@ -231,7 +232,7 @@ def run_node(conf, host, port, wrap, env=None):
     worker = threading.Thread(target=lambda: side.update(_side_checks(conf, wrap, env)),
                               daemon=True)
     worker.start()
-    addr, found, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
+    addr, found, out["name"] = resolve(host, env, min(3.0, conf.get("timeout", 5.0)))
     nic = {}
     finder = threading.Thread(target=lambda: nic.update(
         iface=iface(addr, env)), daemon=True)
@@ -260,10 +261,6 @@ def run_node(conf, host, port, wrap, env=None):
             "nodeid": int(env.get("SLURM_NODEID", "0")), "address": addr,
             "endpoint": "%s:%d" % (host, port),
             "seconds": round(time.time() - start, 3), "checks": out}
-
-
-def _family(env):
-    return (env.get("TORCHRUN_JSC_ADDRESS_FAMILY", "").strip().lower() or "auto")
 
 
 def _side_checks(conf, wrap, env):
