@@ -6,10 +6,10 @@ Slurm tasks, inside the spec's container, with what ``init_process_group("env://
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
 first node's inter-node name (its hostname + ``site.hostname_suffix``; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
-MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the composer's rule. Those are set
-by the jobscript's own preamble (launcher.jobscript.rendezvous_lines) and the srun mode's task
-script (launcher.modes.srun), in each task, before Python starts: submitit's ``python``
-command becomes
+MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the one rule of launcher/net. Those
+are set by the jobscript's own preamble (launcher.jobscript.rendezvous_lines) and the srun
+mode's task script (launcher.modes.srun, launcher.modes.common.srun_task_env), in each task,
+before Python starts: submitit's ``python`` command becomes
 ``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
 Containers: Apptainer (the folder bound at its own path) and Enroot (the runtime's per-node
 set-up step, the jobscript's, as an srun before submitit's; submitit's variables forwarded
@@ -41,7 +41,7 @@ from launcher.runtimes import RUNTIMES, runtime_for
 from launcher.shell import Assign, Raw, Statement, join, render_statement
 from launcher.spec import load_spec
 
-TASK_ENV_VAR = "submitit_task_env"
+TASK_ENV_VAR = "submitit_task_env"  # holds the srun mode's task script
 # submitit writes its own srun line and quotes its srun_args, so a count known only at run
 # time cannot go on it: srun's input variables carry it, SLURM_CPUS_PER_TASK (Slurm >= 23.11,
 # and before 22.05) and SRUN_CPUS_PER_TASK (22.05, 23.02). No mpirun runs here, which would

@@ -105,8 +105,9 @@ def test_config_from_spec():
 def test_shipped_script_is_one_standalone_program():
     text = node_script()
     compile(text, "doctor", "exec")
-    assert text.count("from __future__") == 1 and "def candidates(" in text
-    assert "IFNAME_PY = " in text and "def run_node(" in text and "def render_table(" in text
+    assert "from __future__" not in text and "from launcher" not in text  # Python 3.6, alone
+    assert "def candidates(" in text and "def find_route(" in text  # the one rule, launcher/net
+    assert "def run_node(" in text and "def render_table(" in text
 
 
 def _conf(**kw):
@@ -120,6 +121,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.mark.ring2
+def test_bad_address_family_is_the_name_checks_cause():
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1",
+               TORCHRUN_JSC_ADDRESS_FAMILY="inet")
+    rep = node.run_node(_conf(), "127.0.0.1", _free_port(), [], env)
+    assert rep["checks"]["name"] == node.cell(False, "127.0.0.1", "TORCHRUN_JSC_ADDRESS_FAMILY: "
+                                              "expected one of auto, ipv4, ipv6, any, got 'inet'")
 
 
 @pytest.mark.ring2

@@ -6,6 +6,7 @@ node count comes from the allocation, per-task variables expand in each task, En
 containers are created once and reused, and a failing task fails the job.
 """
 
+import hashlib
 import os
 import shutil
 import signal
@@ -19,7 +20,9 @@ from typing import Dict, Iterator, List
 import pytest
 import yaml
 
+from launcher import shipped
 from launcher.jobscript import render_jobscript
+from launcher.modes.common import srun_task_env
 from launcher.spec import parse_spec
 from tests.fakes import fake
 
@@ -181,13 +184,14 @@ def test_srun_mode_keeps_a_chosen_interface(fakes):
     assert done.returncode == 0, done.stderr
     envs = [r["env"] for r in fakes.records("python3")]
     assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("eth7", "ib3")}
-    assert not (fakes.log / "ip.called").exists()
+    assert len(fakes.records("python3-net")) == 4  # the shipped rule ran, in every task
 
 
 def test_srun_mode_unresolvable_master_fails_loudly(fakes):
     (fakes.dir / "image.sif").write_text("")
     done = fakes.run(job("ddp_srun"), FAKE_GETENT_FAIL="1")
-    assert done.returncode != 0 and "no interface reaches MASTER_ADDR=jwb0001i" in done.stderr
+    assert done.returncode != 0 and "MASTER_ADDR: host 'jwb0001i' does not resolve: Name or " \
+        "service not known\n" in done.stderr
     assert not fakes.records("python3")
 
 
@@ -200,7 +204,9 @@ def test_srun_mode_unresolvable_master_fails_loudly(fakes):
     ("loopback_first", "IPv4", "ib0"),
 ])
 def test_srun_mode_address_rule(fakes, getent, family, ifname):
-    """The task script picks MASTER_ADDR's address by torchrun_jsc's rule, on every node."""
+    """The task script picks MASTER_ADDR's address by torchrun_jsc's rule (the shipped
+    launcher/net source, run by the fake python3 against the fake network), on every node:
+    node 0 owns the address, the others route to it."""
     (fakes.dir / "image.sif").write_text("")
     done = fakes.run(job("ddp_srun"), FAKE_GETENT=getent, TORCHRUN_JSC_ADDRESS_FAMILY=family)
     assert done.returncode == 0, done.stderr
@@ -211,14 +217,80 @@ def test_srun_mode_address_rule(fakes, getent, family, ifname):
 
 
 @pytest.mark.parametrize("family,msg", [
-    ("ipv4", "no interface reaches MASTER_ADDR=jwb0001i"),
-    ("inet", "TORCHRUN_JSC_ADDRESS_FAMILY: expected auto, ipv4, ipv6 or any, got inet"),
+    ("ipv4", "MASTER_ADDR: host 'jwb0001i' has no IPv4 address (TORCHRUN_JSC_ADDRESS_FAMILY="
+             "ipv4); it resolves to fd00::1\n"),
+    ("inet", "TORCHRUN_JSC_ADDRESS_FAMILY: expected one of auto, ipv4, ipv6, any, got 'inet'\n"),
 ])
 def test_srun_mode_address_rule_refusals(fakes, family, msg):
     (fakes.dir / "image.sif").write_text("")
     done = fakes.run(job("ddp_srun"), FAKE_GETENT="v6only", TORCHRUN_JSC_ADDRESS_FAMILY=family)
     assert done.returncode != 0 and msg in done.stderr
     assert not fakes.records("python3")
+
+
+NET_SHA = hashlib.sha256(shipped.source("net").encode()).hexdigest()
+
+
+@pytest.mark.parametrize("name,image,tasks,mpi", [
+    ("ddp_srun", "image.sif", 4, False),          # srun mode: the host python3, beside Apptainer
+    ("horovod_container", "horovod.sif", 4, True),  # horovod over srun --mpi
+    ("horovod_mpirun", "horovod.sif", 4, True),     # horovod over mpirun
+])
+def test_task_scripts_run_the_shipped_rule(fakes, name, image, tasks, mpi):
+    """Each task runs launcher/net as shipped (python3 -I -c SOURCE), byte for byte the bundle,
+    and its program gets the interface the rule picked (dual stack, IPv6 asked for: ib6)."""
+    (fakes.dir / image).write_text("")
+    done = fakes.run(job(name), FAKE_GETENT="dual", TORCHRUN_JSC_ADDRESS_FAMILY="ipv6")
+    assert done.returncode == 0, done.stderr
+    rules = fakes.records("python3-net")
+    assert len(rules) == tasks and {r["source_sha256"] for r in rules} == {NET_SHA}
+    assert {tuple(r["argv"]) for r in rules} == {("--mpi", "jwb0001i") if mpi else ("jwb0001i",)}
+    envs = [r["env"] for r in fakes.records("python3")]
+    assert len(envs) == tasks
+    assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("ib6", "=ib6")}
+    if mpi:
+        assert {(e["OMPI_MCA_btl_tcp_if_include"], e.get("HOROVOD_GLOO_IFACE")) for e in envs} \
+            == {("ib6", "ib6")}
+
+
+@pytest.mark.parametrize("name", ["ddp_srun", "horovod_container", "horovod_mpirun",
+                                  "sum_accelerate", "sum_deepspeed", "sum_srun", "sum_submitit"])
+def test_checked_in_task_scripts_hold_the_bundle_once(name):
+    """Verbatim (it has no single quote), once, at batch scope in the task script variable."""
+    text = (ROOT / "jobs" / f"{name}.job").read_text()
+    assert text.count(shipped.source("net")) == 1
+    assert "getent" not in text and "ip -o route" not in text  # the bash copy is gone
+
+
+def test_pyxis_srun_task_script_runs_the_shipped_rule_in_the_image(plain_fakes):
+    """pyxis starts the whole task in the image: the same script, the image's python3."""
+    fakes = plain_fakes
+    (fakes.dir / "image.sqsh").write_text("squashfs")
+    script = fakes.render("""\
+        job: {nodes: 2}
+        site: jsc
+        runtime: {kind: pyxis, image: image.sqsh}
+        launch: {mode: srun, procs_per_node: 2}
+        program: [python3, t.py]
+        """)
+    done = fakes.run(script, FAKE_GETENT="loopback_first")
+    assert done.returncode == 0, done.stderr
+    rules = fakes.records("python3-net")
+    assert len(rules) == 4 and {r["source_sha256"] for r in rules} == {NET_SHA}
+    envs = [r["env"] for r in fakes.records("python3")]
+    assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("ib0", "=ib0")}
+
+
+def test_task_script_without_python3_says_so_in_one_line(tmp_path):
+    """Where the rule runs without a python3 (a bare host, an image without one)."""
+    script = srun_task_env()
+    done = subprocess.run(["/bin/bash", "-c", script, "task", "/bin/echo", "STARTED"],
+                          env={"PATH": str(tmp_path), "MASTER_ADDR": "jwb0001i",
+                               "SLURMD_NODENAME": "jwb0002"},
+                          capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("no python3 on jwb0002: the task script needs it to pick the socket "
+                           "interface towards MASTER_ADDR\n")
 
 
 def test_srun_mode_derived_nccl_ifname_is_exact_but_user_value_kept(fakes):

@@ -43,7 +43,7 @@ NODE_SIDE = (
     "launcher.doctor.node",  # the doctor's shipped checks (launcher.doctor.ship)
     "launcher.doctor.local",
     "launcher.doctor.report",
-    "launcher.ifname",  # Python in a string, shipped with the doctor and the pyxis task script
+    "launcher.net",  # THE address and interface rule: torchrun_jsc, shipped to every task script
 )
 # Importing these runs them (sys.exit(main())): statically checked only.
 PROGRAMS = {"launcher.torchrun_jsc.__main__"}
@@ -193,7 +193,7 @@ def test_import_graph_sees_lazy_and_relative_imports():
     """The graph is what the two tests below rely on: a function-level import (the one that
     closed the old cycle sat in a function), relative imports, packages run on the way."""
     assert "launcher.torchrun_jsc.compat" in GRAPH["launcher.torchrun_jsc"]  # in a function
-    assert "launcher.torchrun_jsc.addresses" in GRAPH["launcher.torchrun_jsc.decide"]  # relative
+    assert "launcher.torchrun_jsc.forward" in GRAPH["launcher.torchrun_jsc"]  # relative
     assert {"launcher.node", "launcher.node.ray"} <= GRAPH["launcher.modes.ray"]
     assert "launcher.modes" not in GRAPH["launcher.modes.ray"]  # its own package
 

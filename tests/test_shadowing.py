@@ -2,8 +2,8 @@
 
 Jobs run in the submit directory, where users keep their own modules; `python3 -c`/`python3 -`
 put that directory first on sys.path, so a user's json.py or socket.py would be imported instead
-of the standard library's. The doctor's node half and the pyxis interface step run isolated
-(`python3 -I`); the Ray agent drops the directory itself (tests/test_fakes_values.py).
+of the standard library's. The doctor's node half and the task scripts' interface step run
+isolated (`python3 -I`); the Ray agent drops the directory itself (tests/test_fakes_values.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.doctor.ship import PYTHON_ISOLATED, node_script
-from launcher.ifname import SOCKET_IFNAME_PY
+from launcher.modes.common import socket_env_script
 
 pytestmark = pytest.mark.ring2
 
@@ -39,7 +39,7 @@ def test_doctor_node_script_ignores_the_submit_directory(submit_dir: Path):
 
 
 def test_interface_step_ignores_the_submit_directory(submit_dir: Path):
-    script = SOCKET_IFNAME_PY + 'echo "IFNAME=$GLOO_SOCKET_IFNAME"\n'
+    script = socket_env_script() + 'echo "IFNAME=$GLOO_SOCKET_IFNAME"\n'
     p = subprocess.run(["bash", "-c", script], cwd=submit_dir, capture_output=True, text=True,
                        timeout=60, env={"PATH": "/usr/bin:/bin", "MASTER_ADDR": "127.0.0.1"})
     assert "SHADOWED" not in p.stdout + p.stderr

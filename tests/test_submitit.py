@@ -21,7 +21,7 @@ import pytest
 
 from launcher.model import SpecError
 from launcher.spec import parse_spec
-from launcher.modes.common import SRUN_TASK_ENV
+from launcher.modes.common import srun_task_env
 from launcher.submitit import minutes, submitit_plan
 from tests.fakes import fake
 
@@ -124,7 +124,7 @@ def test_port_site_and_env_sections_reach_the_setup():
     assert "export GLOO_SOCKET_IFNAME=ib0" in setup and "export NCCL_SOCKET_IFNAME==ib0" in setup
     assert "export NCCL_IB_GID_INDEX=3" in setup
     assert "export HOSTILE='a b '\"'\"'c'\"'\"' $x'" in setup
-    assert setup[-1] == "submitit_task_env=" + shlex.quote(SRUN_TASK_ENV)
+    assert setup[-1] == "submitit_task_env=" + shlex.quote(srun_task_env())
 
 
 @pytest.mark.ring1
@@ -240,7 +240,7 @@ def test_every_task_gets_rank_master_and_interface_before_python(tmp_path, monke
                    ("3", "1", "4", "1")]
     for r in tasks:
         assert (r["env"]["MASTER_ADDR"], r["env"]["MASTER_PORT"]) == ("jwb0001i", "29742")
-        assert r["env"]["GLOO_SOCKET_IFNAME"] == "ib0"  # the fake ip's route to jwb0001i
+        assert r["env"]["GLOO_SOCKET_IFNAME"] == "ib0"  # the shipped rule, on the fake network
         assert r["env"]["NCCL_SOCKET_IFNAME"] == "=ib0"
         assert r["env"]["SRUN_CPUS_PER_TASK"] == "24"
 

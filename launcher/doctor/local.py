@@ -83,7 +83,8 @@ def inside(wrap, conf, timeout, hcas=()):
     argv = list(wrap) + ["sh", "-c", INSIDE_SH, INSIDE_PY, conf.get("launcher") or "",
                          conf.get("program") or ""]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         bad = cell(False, argv[0], "did not start within %.0f s" % timeout)
         return bad, cell(None), cell(None), cell(None)

@@ -4,28 +4,21 @@ Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node*
 per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
 line) -> launcher.doctor.report (the reports -> the table or JSON, exit status). The first
 node listens on the rendezvous port and answers each other node with its clock; the others
-resolve the name, connect and measure. Shipped to the nodes as text (launcher.doctor.ship
-prepends the address rule of launcher/torchrun_jsc/addresses.py, the interface finder of
-launcher/ifname.py and the node-local checks of launcher/doctor/local.py), so it needs the
-standard library only and runs with the node's python3; imported in the kit, it takes them
-from there. Every check has its own deadline and the node side ends with ``os._exit``, so a
+resolve the name, connect and measure. Shipped to the nodes as source with the rule of
+launcher/net and the node-local checks of launcher/doctor/local.py (launcher/shipped.py,
+bundle "doctor"), so it needs the standard library only and runs with the node's python3. Every check has its own deadline and the node side ends with ``os._exit``, so a
 hung filesystem or a dropped packet costs seconds, not the step.
 """
 
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 
-if "candidates" not in globals():  # imported in the kit (shipped: defined above)
-    from launcher.torchrun_jsc.addresses import candidates  # noqa: F401
-if "IFNAME_PY" not in globals():
-    from launcher.ifname import PY_IFNAME as IFNAME_PY  # noqa: F401
-if "cell" not in globals():
-    from launcher.doctor.local import binds, cell, image, inside, rdma_host, space  # noqa: F401
+from launcher.doctor.local import binds, cell, image, inside, rdma_host, space
+from launcher.net.addresses import address_family, candidates
+from launcher.net.probe import interface_addresses, source_address
 
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
@@ -47,8 +40,9 @@ def in_thread(fn, timeout, late):
     return box[0] if box else late
 
 
-def resolve(host, family, timeout):
-    """(chosen address or None, every address, cell): the rule torchrun_jsc applies."""
+def resolve(host, env, timeout):
+    """(chosen address or None, every address, cell): the rule torchrun_jsc applies, with
+    TORCHRUN_JSC_ADDRESS_FAMILY from ``env`` (a bad value is the cell's cause)."""
     def work():
         infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
         return list(dict.fromkeys(i[4][0].split("%")[0] for i in infos))
@@ -59,7 +53,7 @@ def resolve(host, family, timeout):
     if isinstance(found, dict):  # the thread's crash cell: getaddrinfo's error
         return None, [], cell(False, host, "does not resolve: " + _why(found["cause"]))
     try:
-        chosen = candidates(host, found, family)[0]
+        chosen = candidates(host, found, address_family(env))[0]
     except ValueError as exc:
         return None, found, cell(False, host, exc)
     return chosen, found, cell(True, chosen, ", ".join(found))
@@ -183,10 +177,10 @@ def _answer(s, t0, where, skew_max):
     return cell(True, "%.0f ms" % ((t1 - t0) * 1000), where), clock
 
 
-def iface(addr, env, timeout):
-    """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc would
-    pick towards ``addr`` (the address the name check chose by the same rule; None: the name
-    does not resolve), found by launcher/ifname.py."""
+def iface(addr, env):
+    """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc and the
+    task scripts would pick towards ``addr`` (the address the name check chose by the same
+    rule; None: the name does not resolve), by launcher/net/probe.py."""
     names = {n for _, n in socket.if_nameindex()}
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = env.get(var, "")
@@ -199,14 +193,11 @@ def iface(addr, env, timeout):
                             "has %s)" % (want, ", ".join(sorted(names))))
     if addr is None:
         return cell(None, "", "the name does not resolve")
-    try:
-        done = subprocess.run([sys.executable, "-c", IFNAME_PY, addr], capture_output=True,
-                              text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return cell(False, addr, "no interface found within %.0f s" % timeout)
-    if done.returncode != 0:
-        return cell(False, addr, (done.stderr.strip().splitlines() or ["failed"])[-1])
-    return cell(True, env.get("GLOO_SOCKET_IFNAME") or done.stdout.strip())
+    src = source_address(addr, 0)
+    name = interface_addresses().get(src) if src else None
+    if not name:
+        return cell(False, addr, "no interface reaches %s" % addr)
+    return cell(True, env.get("GLOO_SOCKET_IFNAME") or name)
 
 
 def first_cell(first, addr, found, mine):
@@ -241,10 +232,10 @@ def run_node(conf, host, port, wrap, env=None):
     worker = threading.Thread(target=lambda: side.update(_side_checks(conf, wrap, env)),
                               daemon=True)
     worker.start()
-    addr, found, out["name"] = resolve(host, _family(env), min(3.0, conf.get("timeout", 5.0)))
+    addr, found, out["name"] = resolve(host, env, min(3.0, conf.get("timeout", 5.0)))
     nic = {}
     finder = threading.Thread(target=lambda: nic.update(
-        iface=iface(addr, env, conf.get("timeout", 5.0))), daemon=True)
+        iface=iface(addr, env)), daemon=True)
     finder.start()
     mine = [a for a in found if is_local(a)]
     out["first"] = first_cell(first, addr, found, mine)
@@ -270,10 +261,6 @@ def run_node(conf, host, port, wrap, env=None):
             "nodeid": int(env.get("SLURM_NODEID", "0")), "address": addr,
             "endpoint": "%s:%d" % (host, port),
             "seconds": round(time.time() - start, 3), "checks": out}
-
-
-def _family(env):
-    return (env.get("TORCHRUN_JSC_ADDRESS_FAMILY", "").strip().lower() or "auto")
 
 
 def _side_checks(conf, wrap, env):

@@ -11,8 +11,8 @@ import os
 import sys
 import time
 
-if "run_node" not in globals():  # imported in the kit (shipped: defined above)
-    from launcher.doctor.node import COLUMNS, MARK, cell, run_node  # noqa: F401
+from launcher.doctor.local import cell
+from launcher.doctor.node import COLUMNS, MARK, run_node
 
 RESULT_MARK = "torchrun-jsc-doctor-result "  # the collected reports, for the CLI
 CELL_WIDTH = 30  # the table cuts longer cells with '...'; the lines below it are complete
@@ -113,7 +113,3 @@ def main(argv):
     else:
         sys.stdout.write(render_table(reports, step))
     return 1 if failures(reports) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -2,41 +2,29 @@
 
 Where it sits: spec -> runtimes + modes (plans) -> jobscript text, with **ship** adding the
 preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
-the per-node setup and before the launch. Deterministic: the script text is assembled from
-the kit's own modules (the address rule of launcher/torchrun_jsc/addresses.py, the interface
-finder of launcher/ifname.py, launcher/doctor/local.py, node.py and report.py), so there is
-one copy of each; only their source files are read, nothing of the machine.
+the per-node setup and before the launch. The node script is the "doctor" bundle of
+launcher/shipped.py (the rule of launcher/net, launcher/doctor/local.py, node.py and
+report.py): one copy of each, only the kit's own source files read, nothing of the machine.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import List, Literal
 
-from launcher.ifname import PY_IFNAME
+from launcher import shipped
 from launcher.model import JobSpec
 from launcher.runtimes import ContainerRuntime, node_srun
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
 from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
-HERE = Path(__file__).resolve().parent
+PYTHON_ISOLATED = shipped.PYTHON_ISOLATED
 Output = Literal["table", "json"]
-
-
-# -I (isolated, any Python 3 >= 3.4): neither the submit directory nor PYTHONPATH on sys.path,
-# so a user's json.py or launcher.py beside their program cannot replace what the check imports.
-PYTHON_ISOLATED = ("python3", "-I", "-c")
 
 
 def node_script() -> str:
     """One standard-library python3 script: ``python3 -c SCRIPT node|table|json ...``."""
-    addresses = (HERE.parent / "torchrun_jsc" / "addresses.py").read_text(encoding="utf-8")
-    parts = [addresses, f"IFNAME_PY = {PY_IFNAME!r}\n",
-             (HERE / "local.py").read_text(encoding="utf-8"),
-             (HERE / "node.py").read_text(encoding="utf-8"),
-             (HERE / "report.py").read_text(encoding="utf-8")]
-    return "\n".join(parts)
+    return shipped.source("doctor")
 
 
 def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:

@@ -23,9 +23,9 @@ from typing import Any, List, Mapping
 
 from launcher.model import JobSpec, Site, SpecError
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import command_argv
-from launcher.modes.common import IFNAME_TASK_ENV, NNODES, PER_NODE_KEYS, RDZV_HOST, \
-    RDZV_PORT, no_requeue, node_argv, processes, srun_argv, task_env_for
+from launcher.modes.common import command_argv, ifname_task_env
+from launcher.modes.common import NNODES, PER_NODE_KEYS, RDZV_HOST, \
+    RDZV_PORT, no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -85,7 +85,7 @@ class Accelerate(LaunchMode):
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(node_argv(rt, spec, SCRIPT, "accelerate-node", head, launcher)))
         return Plan(tasks_per_node=1, step=step, master_env=True,
-                    scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
+                    scripts=((TASK_ENV_NAME, ifname_task_env()),
                              (SCRIPT.name, NODE_SCRIPT)),
                     batch=(Raw(f"nprocs=$((nnodes * {launch.procs_per_node}))  "
                                "# accelerate's --num_processes is the total"),))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-from launcher.ifname import SOCKET_IFNAME_PY
+from launcher import shipped
 from launcher.model import JobSpec, SpecError
 from launcher.runtimes import RUNTIMES
 from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime
@@ -36,54 +36,42 @@ export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASK
 """
 # Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL/Open MPI would use
 # the hostname's one, which on JSC-like networks the other nodes cannot reach: unless the
-# user or the site profile set one, use the interface that routes to MASTER_ADDR, by the rule
-# torchrun_jsc applies (launcher/torchrun_jsc/addresses.py): every address of both families,
-# loopback skipped whenever there is another (Debian's 127.0.1.1 for the own hostname), IPv4
-# first unless only IPv6 (TORCHRUN_JSC_ADDRESS_FAMILY=auto|ipv4|ipv6|any overrides). NCCL
-# matches NCCL_SOCKET_IFNAME as a prefix (ib0 also matches ib01): "=NAME" is the exact form.
-# No fallback: an unresolvable MASTER_ADDR ends the task.
-SOCKET_IFNAME = """\
-if [ -z "${GLOO_SOCKET_IFNAME:-}" ]; then
-    hosts=$(getent ahosts "$MASTER_ADDR") || hosts=""
-    v4="" v6="" any="" loop=""
-    while read -r a _; do
-        case "$a" in
-            "") ;;
-            127.*|::1|::ffff:127.*) loop=${loop:-$a} ;;
-            *:*) v6=${v6:-$a} any=${any:-$a} ;;
-            *) v4=${v4:-$a} any=${any:-$a} ;;
-        esac
-    done <<<"$hosts"
-    family=${TORCHRUN_JSC_ADDRESS_FAMILY:-auto}
-    case "${family,,}" in
-        auto) addr=${v4:-$v6} ;;
-        ipv4) addr=$v4 ;;
-        ipv6) addr=$v6 ;;
-        any) addr=$any ;;
-        *) echo "TORCHRUN_JSC_ADDRESS_FAMILY: expected auto, ipv4, ipv6 or any, got $family" >&2
-           exit 1 ;;
-    esac
-    [ -n "$any" ] || addr=$loop
-    route=$(ip -o route get "$addr") || route=""
-    case "$route" in
-        "local "*) dev=$(ip -o addr show to "$addr") || dev=""; dev=${dev#*: } ;;
-        *" dev "*) dev=${route#* dev } ;;
-        *) dev="" ;;
-    esac
-    dev=${dev%%[[:space:]]*}
-    if [ -z "$dev" ]; then echo "no interface reaches MASTER_ADDR=$MASTER_ADDR" >&2; exit 1; fi
-    export GLOO_SOCKET_IFNAME="$dev"
-fi
-export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-=$GLOO_SOCKET_IFNAME}"
-"""
-# MPI ranks (Horovod): Open MPI's TCP transport and Horovod's gloo controller likewise.
-MPI_IFNAME = """\
-export OMPI_MCA_btl_tcp_if_include="${OMPI_MCA_btl_tcp_if_include:-$GLOO_SOCKET_IFNAME}" \\
-    HOROVOD_GLOO_IFACE="${HOROVOD_GLOO_IFACE:-$GLOO_SOCKET_IFNAME}"
+# user or the site profile set one, use the interface that routes to MASTER_ADDR by the one
+# rule of launcher/net (the same code torchrun_jsc runs), shipped inline as python3 -c source
+# (launcher/shipped.py, bundle "net"): loopback skipped unless alone, IPv4 first unless only
+# IPv6 (TORCHRUN_JSC_ADDRESS_FAMILY), NCCL's exact form =NAME, no fallback. It runs where the
+# task script runs: the host's python3, or the image's under pyxis.
+NO_PYTHON3 = """\
+command -v python3 >/dev/null || { echo "no python3 on ${SLURMD_NODENAME:-$HOSTNAME}: the \
+task script needs it to pick the socket interface towards MASTER_ADDR" >&2; exit 1; }
 """
 EXEC_ARGV = 'exec "$@"\n'
-SRUN_TASK_ENV = RANKS_FROM_SLURM + SOCKET_IFNAME + EXEC_ARGV
-MPI_TASK_ENV = SOCKET_IFNAME + MPI_IFNAME + EXEC_ARGV
+
+
+def socket_env_script(mpi: bool = False) -> str:
+    """Task-script lines that export GLOO/NCCL_SOCKET_IFNAME (with ``mpi`` also Open MPI's
+    and Horovod's interface variables) unless set, by launcher.net.probe.task_env_main."""
+    args = ["--mpi", '"$MASTER_ADDR"'] if mpi else ['"$MASTER_ADDR"']
+    return (NO_PYTHON3 + f"net_env=$({shipped.command('net', args)}) || exit 1\n"
+            'eval "$net_env"\n')
+
+
+def srun_task_env() -> str:
+    """srun mode (and submitit): ranks from Slurm, the socket interface, the program."""
+    return RANKS_FROM_SLURM + socket_env_script() + EXEC_ARGV
+
+
+def mpi_task_env() -> str:
+    """MPI ranks (Horovod): Open MPI's TCP transport and Horovod's gloo controller too."""
+    return socket_env_script(mpi=True) + EXEC_ARGV
+
+
+def ifname_task_env() -> str:
+    """Without rank variables: the per-node launcher (accelerate, deepspeed) sets them for
+    its workers; only the socket interface is picked, towards MASTER_ADDR."""
+    return socket_env_script() + EXEC_ARGV
+
+
 IFNAME_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK") + IFNAME_NAMES
 MPI_TASK_NAMES = IFNAME_NAMES + ("OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")
@@ -209,19 +197,12 @@ def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...],
                   argv: Optional[Sequence[Token]] = None, script: Var = TASK_ENV
                   ) -> List[Token]:
     """bash -c "$task_env" task ARGV (ARGV: the program unless given): outside the container
-    (it uses the host's ip and getent) unless the runtime puts the whole task, bash
-    included, in the image (task_script_inside)."""
+    (the host's python3 picks the interface) unless the runtime puts the whole task, bash
+    included, in the image (task_script_inside), where the image's python3 does."""
     argv = program_argv(spec) if argv is None else argv
     if rt.task_script_inside:
         return ["bash", "-c", script, "task", *argv]
     return ["bash", "-c", script, "task", *rt.wrap(argv, names)]
-
-
-def task_env_for(rt: ContainerRuntime, script: str) -> str:
-    """A task script run inside the image (task_script_inside), which may lack `ip` and
-    `getent`: the interface is found with the image's python3 instead (launcher/ifname.py)."""
-    return script.replace(SOCKET_IFNAME, SOCKET_IFNAME_PY) if rt.task_script_inside \
-        else script
 
 
 def check_mpirun(spec: JobSpec) -> None:
@@ -241,11 +222,6 @@ TORCHRUN_KEYS = {
 
 def processes(n: int) -> str:
     return f"{n} process{'es' if n != 1 else ''}"
-
-
-# Task script without rank variables: the per-node launcher (accelerate, deepspeed) sets
-# them for its workers; only the socket interface is picked, towards MASTER_ADDR.
-IFNAME_TASK_ENV = SOCKET_IFNAME + EXEC_ARGV
 
 
 def node_argv(rt: ContainerRuntime, spec: JobSpec, script: Var, name: str,

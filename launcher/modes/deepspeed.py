@@ -23,9 +23,9 @@ from typing import Any, List, Mapping
 
 from launcher.model import JobSpec, Site
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import command_argv
-from launcher.modes.common import IFNAME_TASK_ENV, PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
-    no_requeue, node_argv, processes, srun_argv, task_env_for
+from launcher.modes.common import command_argv, ifname_task_env
+from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
+    no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
@@ -85,7 +85,7 @@ class Deepspeed(LaunchMode):
                  Assign("ds_slots", str(launch.procs_per_node)),
                  Raw(HOSTS_LINES.rstrip("\n")))
         return Plan(tasks_per_node=1, step=step, master_env=True,
-                    scripts=((TASK_ENV_NAME, task_env_for(rt, IFNAME_TASK_ENV)),
+                    scripts=((TASK_ENV_NAME, ifname_task_env()),
                              (SCRIPT.name, NODE_SCRIPT)),
                     batch=batch)
 

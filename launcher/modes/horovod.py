@@ -8,8 +8,8 @@ from typing import Any, Mapping
 
 from launcher.model import JobSpec, Site
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import MPI_TASK_ENV, MPI_TASK_NAMES, NTASKS, check_mpirun, \
-    mpirun_argv, scripted_task, srun_argv, task_env_for
+from launcher.modes.common import MPI_TASK_NAMES, NTASKS, check_mpirun, mpi_task_env, \
+    mpirun_argv, scripted_task, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.yamlread import Reader
 
@@ -55,10 +55,10 @@ class Horovod(LaunchMode):
             mpi = (f"--mpi={spec.launch.options.mpi_plugin}",)
             step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node, mpi)), task)
             return Plan(tasks_per_node=per_node, step=step, master_env=True,
-                        scripts=((TASK_ENV_NAME, task_env_for(rt, MPI_TASK_ENV)),))
+                        scripts=((TASK_ENV_NAME, mpi_task_env()),))
         step = Step(self.comment(spec), tuple(mpirun_argv(per_node, NTASKS)), task)
         return Plan(tasks_per_node=per_node, step=step, master_env=True, ntasks=True,
-                    via_mpirun=True, scripts=((TASK_ENV_NAME, MPI_TASK_ENV),))
+                    via_mpirun=True, scripts=((TASK_ENV_NAME, mpi_task_env()),))
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

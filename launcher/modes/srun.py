@@ -7,8 +7,7 @@ from typing import List
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import PER_TASK_NAMES, SRUN_TASK_ENV, scripted_task, srun_argv, \
-    task_env_for
+from launcher.modes.common import PER_TASK_NAMES, scripted_task, srun_argv, srun_task_env
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Values, resolve
 
@@ -26,7 +25,7 @@ class Srun(LaunchMode):
     def task_script(self, rt: ContainerRuntime) -> str:
         """What each task runs first (bash -c): ranks from Slurm's per-task variables, the
         socket interface, then the argv. submitit's tasks run the same (launcher.submitit)."""
-        return task_env_for(rt, SRUN_TASK_ENV)
+        return srun_task_env()
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node

@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-from .addresses import LaunchError, candidates, is_loopback
+from launcher.net.addresses import LaunchError, candidates, is_loopback
 
 DEFAULT_PORT = 29400  # torch's c10d default port (c10d_rendezvous_backend.DEFAULT_PORT)
-MIN_TORCH = (1, 9)  # the first torch with torchrun (torch.distributed.run)
-MIN_TORCH_TEXT = "%d.%d" % MIN_TORCH  # for messages, and the doctor's check
+MIN_TORCH = (1, 9)  # the first torch with torchrun; the one place this minimum is written
+MIN_TORCH_TEXT = "%d.%d" % MIN_TORCH
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 _TRUE = {"1", "true", "yes", "y", "on"}
 _FALSE = {"0", "false", "no", "n", "off"}
@@ -154,7 +154,8 @@ def passthrough_reason(req: Request) -> Optional[str]:
     """Why torchrun_jsc leaves the arguments exactly as torchrun would, or None to patch."""
     if req.torch_version < MIN_TORCH:
         raise LaunchError(f"torch {req.torch_version[0]}.{req.torch_version[1]} is too old; "
-                          f"torchrun_jsc needs torch >= {MIN_TORCH_TEXT} (the first with torchrun)")
+                          f"torchrun_jsc needs torch >= {MIN_TORCH_TEXT} (the first with "
+                          "torchrun)")
     if req.standalone:
         return "--standalone"
     if req.rdzv_backend != "c10d":

@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Sequence, Tuple
 
 from launcher import __version__
+from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
 from .decide import MIN_TORCH_TEXT
 

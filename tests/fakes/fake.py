@@ -10,10 +10,12 @@ they were given, once per simulated task, with that task's Slurm variables, so s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -22,12 +24,7 @@ from typing import Dict, List, Sequence, Tuple
 
 TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
          "torchrun", "python3", "module", "scancel", "accelerate", "deepspeed")
-# Called by every task of the srun/horovod modes, so plain sh (a Python start each costs
-# seconds per test run). getent: names ending in 'i' (the JSC inter-node names) resolve, to
-# 10.0.0.1, or as FAKE_GETENT says: loopback_first (Debian: 127.0.1.1 first), dual (AAAA
-# fd00::1 first, then A), v6only. ahostsv4 drops the IPv6 lines, as the real one does.
-# ip: node 0 owns 10.0.0.1 on ib0 and fd00::1 on ib6 (route type local); the others reach
-# them through ib0 and ib6. Anything else (127.0.1.1 included) is an error.
+# Plain sh tools (a Python start each costs time per test run).
 SH_TOOLS = {
     # The test's own user, so that the per-user data path (/tmp/enroot-{user}) is the test's.
     "id": """\
@@ -35,40 +32,6 @@ case "$*" in
     -un|"-u -n") echo "$FAKE_USER" ;;
     -u) echo "$FAKE_UID" ;;
     *) exec /usr/bin/id "$@" ;;
-esac
-""",
-    "getent": """\
-case "$2" in *i) [ -z "${FAKE_GETENT_FAIL:-}" ] || exit 2 ;; *) exit 2 ;; esac
-case "${FAKE_GETENT:-}" in
-    loopback_first) addrs="127.0.1.1 10.0.0.1" ;;
-    dual) addrs="fd00::1 10.0.0.1" ;;
-    v6only) addrs="fd00::1" ;;
-    *) addrs="10.0.0.1" ;;
-esac
-found=""
-for a in $addrs; do
-    case "$1:$a" in ahostsv4:*:*) continue ;; esac
-    printf '%-15s STREAM %s\\n%-15s DGRAM  \\n%-15s RAW    \\n' "$a" "$2" "$a" "$a"
-    found=1
-done
-[ -n "$found" ] || exit 2
-""",
-    "ip": """\
-: >>"$FAKE_LOG/ip.called"
-case "$*" in
-    "-o route get 10.0.0.1"|"-o route get fd00::1")
-        if [ "${SLURM_NODEID:-}" = 0 ]; then
-            echo "local $4 dev lo table local src $4 uid 0 \\    cache <local> "
-        elif [ "$4" = 10.0.0.1 ]; then
-            echo '10.0.0.1 dev ib0 src 10.0.0.2 uid 0 \\    cache '
-        else
-            echo 'fd00::1 from :: dev ib6 proto kernel src fd00::2 metric 256 pref medium'
-        fi ;;
-    "-o addr show to 10.0.0.1")
-        echo '3: ib0    inet 10.0.0.1/24 brd 10.0.0.255 scope global ib0\\    valid_lft forever' ;;
-    "-o addr show to fd00::1")
-        echo '4: ib6    inet6 fd00::1/64 scope global \\    valid_lft forever' ;;
-    *) echo 'Error: any valid prefix is expected rather than "'"$4"'".' >&2; exit 1 ;;
 esac
 """,
 }
@@ -376,17 +339,52 @@ def _slurm_argument(line: str) -> str:
     return "".join(out)
 
 
-def is_ifname_probe(argv: List[str]) -> bool:
-    """pyxis' interface probe (launcher/ifname.py): `python3 -I - MASTER_ADDR` reading stdin."""
-    return argv[:2] == ["-I", "-"]
+# The fake cluster network, as the shipped interface rule sees it: names ending in "i" (the
+# JSC inter-node names) resolve to 10.0.0.1, or as FAKE_GETENT says (loopback_first: Debian
+# 127.0.1.1 first; dual: AAAA fd00::1 first, then A; v6only), FAKE_GETENT_FAIL: nothing does.
+# Node 0 (SLURM_NODEID) owns 10.0.0.1 on ib0 and fd00::1 on ib6; the others reach them from
+# 10.0.0.2 (ib0) and fd00::2 (ib6).
+FAKE_ADDRESSES = {"": ("10.0.0.1",), "loopback_first": ("127.0.1.1", "10.0.0.1"),
+                  "dual": ("fd00::1", "10.0.0.1"), "v6only": ("fd00::1",)}
+
+
+def is_net_rule(argv: List[str]) -> bool:
+    """The task scripts' interface step: `python3 -I -c SOURCE [--mpi] MASTER_ADDR` with the
+    shipped launcher/net bundle (launcher/shipped.py) as SOURCE."""
+    return argv[:2] == ["-I", "-c"] and len(argv) > 2 and "sys.exit(task_env_main(" in argv[2]
+
+
+def net_rule(argv: List[str]) -> int:
+    """Run the shipped rule itself, its three touches of the network (getaddrinfo, the
+    interface list, the UDP source address) answered by the fake network above."""
+    _record("python3-net", argv[3:], {"source_sha256": hashlib.sha256(argv[2].encode()).hexdigest()})
+    node0 = os.environ.get("SLURM_NODEID") == "0"
+    names = {"127.0.0.1": "lo", "10.0.0.1" if node0 else "10.0.0.2": "ib0",
+             "fd00::1" if node0 else "fd00::2": "ib6"}
+
+    def getaddrinfo(host: str, port: object, *args: object, **kwargs: object) -> list:
+        if not host.endswith("i") or os.environ.get("FAKE_GETENT_FAIL"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+                 (a, port)) for a in FAKE_ADDRESSES[os.environ.get("FAKE_GETENT", "")]]
+
+    def source_address(addr: str, port: int) -> str:
+        if addr.startswith("127."):
+            return "127.0.0.1"
+        return addr if node0 else ("fd00::2" if ":" in addr else "10.0.0.2")
+
+    socket.getaddrinfo = getaddrinfo  # this process runs the rule and nothing else
+    shipped: Dict[str, object] = {"__name__": "fake-node"}  # not __main__: no entry call
+    exec(compile(argv[2], "<shipped net>", "exec"), shipped)
+    shipped.update(interface_addresses=lambda: dict(names), source_address=source_address)
+    return shipped["task_env_main"](argv[3:])  # type: ignore[operator]
 
 
 def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
+    if prog == "python3" and is_net_rule(argv):
+        return net_rule(argv)
     _record(prog, argv)
-    if prog == "python3" and is_ifname_probe(argv):
-        print(os.environ.get("FAKE_IFNAME", "ib0"))
-        return 0
     if prog.startswith("torchrun") and "--no-python" in argv:
         cmd = argv[argv.index("--no-python") + 1:]
         env = dict(os.environ, RANK="0", LOCAL_RANK="0")

@@ -1,6 +1,8 @@
-"""Ring 1: torchrun_jsc's address rule and network probe on fakes (no torch, no real DNS).
+"""Ring 1: the one address and interface rule (launcher/net) on fakes (no torch, no real DNS):
+the pure rule, resolving, torchrun_jsc's probe, and one table of cases run through the task
+scripts' entry point both as imported and as the shipped ``python3 -c`` source.
 
-getaddrinfo, the interface list and the source-address lookup are monkeypatched; only
+getaddrinfo, the interface list and the source-address lookup are injected; only
 ``interface_addresses`` and ``source_address`` also run once for real, on loopback.
 """
 
@@ -12,10 +14,11 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from launcher import shipped
+from launcher.net import probe as netprobe
+from launcher.net.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, LaunchError, address_family,
+                                    candidates, is_loopback, resolve_timeout)
 from launcher.torchrun_jsc import netinfo
-from launcher.torchrun_jsc.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, LaunchError,
-                                             address_family, candidates, is_loopback,
-                                             resolve_timeout)
 from launcher.torchrun_jsc.decide import Endpoint
 
 pytestmark = pytest.mark.ring1
@@ -54,9 +57,9 @@ def fake_net(monkeypatch):
         net.asked.append(addr)
         return net.routes.get(addr)
 
-    monkeypatch.setattr(netinfo.socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(netinfo, "interface_addresses", lambda: dict(net.local))
-    monkeypatch.setattr(netinfo, "source_address", source_address)
+    monkeypatch.setattr(netprobe.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(netprobe, "interface_addresses", lambda: dict(net.local))
+    monkeypatch.setattr(netprobe, "source_address", source_address)
     net.asked = []
     return net
 
@@ -150,7 +153,7 @@ def test_resolve_failure_is_one_line_and_fast(fake_net, error, cause):
 
 
 def test_resolve_deadline(monkeypatch):
-    monkeypatch.setattr(netinfo.socket, "getaddrinfo", lambda *a, **k: time.sleep(5))
+    monkeypatch.setattr(netprobe.socket, "getaddrinfo", lambda *a, **k: time.sleep(5))
     start = time.monotonic()
     with pytest.raises(LaunchError, match=r"resolving 'node0' took longer than 0.2 s"):
         netinfo.resolve(EP, timeout=0.2)
@@ -229,11 +232,11 @@ def test_probe_family_leaves_nothing(fake_net):
 # --- the two system calls, for real on loopback -------------------------------------------
 
 def test_interface_addresses_real():
-    assert netinfo.interface_addresses().get("127.0.0.1") == "lo"
+    assert netprobe.interface_addresses().get("127.0.0.1") == "lo"
 
 
 def test_source_address_real_loopback():
-    assert netinfo.source_address("127.0.0.1", 9) == "127.0.0.1"
+    assert netprobe.source_address("127.0.0.1", 9) == "127.0.0.1"
 
 
 def test_source_address_unreachable(monkeypatch):
@@ -241,5 +244,111 @@ def test_source_address_unreachable(monkeypatch):
         def connect(self, address):
             raise OSError(101, "Network is unreachable")
 
-    monkeypatch.setattr(netinfo.socket, "socket", NoRoute)
-    assert netinfo.source_address("10.255.0.1", 1) is None
+    monkeypatch.setattr(netprobe.socket, "socket", NoRoute)
+    assert netprobe.source_address("10.255.0.1", 1) is None
+
+
+# --- one table of cases through the task scripts' entry point ------------------------------
+
+# This node: 10.0.0.2 on ib0, fd00::2 on ib6, 172.31.0.10 on eth0, loopback. Routes: target ->
+# the source address the kernel would pick (absent: no route).
+LOCAL = {"127.0.0.1": "lo", "10.0.0.2": "ib0", "fd00::2": "ib6", "172.31.0.10": "eth0"}
+ROUTES = {"10.0.0.1": "10.0.0.2", "fd00::1": "fd00::2", "127.0.0.1": "127.0.0.1",
+          "127.0.1.1": "127.0.0.1", "10.0.0.2": "10.0.0.2", "172.31.0.1": "172.31.0.10"}
+NOT_KNOWN = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def exports(**values: str) -> str:
+    return "".join(f"export {k}={v}\n" for k, v in values.items())
+
+
+# (case, what node0i resolves to, environment, extra args) -> (exit status, stdout, stderr)
+TABLE = [
+    ("one address", gai("10.0.0.1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib0", NCCL_SOCKET_IFNAME="=ib0"), "")),
+    ("Debian hosts: loopback first", gai("127.0.1.1", "10.0.0.1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib0", NCCL_SOCKET_IFNAME="=ib0"), "")),
+    ("AAAA first, A wins", gai("fd00::1", "10.0.0.1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib0", NCCL_SOCKET_IFNAME="=ib0"), "")),
+    ("family ipv6", gai("fd00::1", "10.0.0.1"), {"TORCHRUN_JSC_ADDRESS_FAMILY": "ipv6"}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib6", NCCL_SOCKET_IFNAME="=ib6"), "")),
+    ("family any: resolver order", gai("fd00::1", "10.0.0.1"),
+     {"TORCHRUN_JSC_ADDRESS_FAMILY": "any"}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib6", NCCL_SOCKET_IFNAME="=ib6"), "")),
+    ("family IPv4, any case", gai("fd00::1", "127.0.1.1", "10.0.0.1"),
+     {"TORCHRUN_JSC_ADDRESS_FAMILY": " IPv4 "}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib0", NCCL_SOCKET_IFNAME="=ib0"), "")),
+    ("IPv6 only", gai("fd00::1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib6", NCCL_SOCKET_IFNAME="=ib6"), "")),
+    ("loopback only: kept", gai("127.0.0.1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo"), "")),
+    ("partly local: the first candidate, this node own", gai("10.0.0.2", "10.0.0.1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="ib0", NCCL_SOCKET_IFNAME="=ib0"), "")),
+    ("first candidate unrouted: the next", gai("10.9.0.1", "172.31.0.1"), {}, [],
+     (0, exports(GLOO_SOCKET_IFNAME="eth0", NCCL_SOCKET_IFNAME="=eth0"), "")),
+    ("MPI variables too", gai("10.0.0.1"), {"HOROVOD_GLOO_IFACE": "ib3"}, ["--mpi"],
+     (0, exports(GLOO_SOCKET_IFNAME="ib0", NCCL_SOCKET_IFNAME="=ib0",
+                 OMPI_MCA_btl_tcp_if_include="ib0"), "")),
+    ("user GLOO kept, nothing resolved", NOT_KNOWN, {"GLOO_SOCKET_IFNAME": "eth7"}, ["--mpi"],
+     (0, exports(NCCL_SOCKET_IFNAME="=eth7", OMPI_MCA_btl_tcp_if_include="eth7",
+                 HOROVOD_GLOO_IFACE="eth7"), "")),
+    ("user values all kept", NOT_KNOWN,
+     {"GLOO_SOCKET_IFNAME": "eth7", "NCCL_SOCKET_IFNAME": "ib3"}, [], (0, "", "")),
+    ("unresolvable: no fallback", NOT_KNOWN, {}, [],
+     (1, "", "MASTER_ADDR: host 'node0i' does not resolve: Name or service not known\n")),
+    ("family leaves nothing", gai("fd00::1"), {"TORCHRUN_JSC_ADDRESS_FAMILY": "ipv4"}, [],
+     (1, "", "MASTER_ADDR: host 'node0i' has no IPv4 address (TORCHRUN_JSC_ADDRESS_FAMILY="
+      "ipv4); it resolves to fd00::1\n")),
+    ("bad family value", gai("10.0.0.1"), {"TORCHRUN_JSC_ADDRESS_FAMILY": "inet"}, [],
+     (1, "", "TORCHRUN_JSC_ADDRESS_FAMILY: expected one of auto, ipv4, ipv6, any, got "
+      "'inet'\n")),
+    ("no route at all", gai("10.9.0.1"), {}, [],
+     (1, "", "no interface reaches MASTER_ADDR=node0i\n")),
+]
+
+
+def _imported(monkeypatch):
+    return netprobe.task_env_main, netprobe
+
+
+def _shipped(monkeypatch):
+    """The bundle the task scripts run, as text, executed (not __main__: no entry call)."""
+    ns: Dict[str, object] = {"__name__": "shipped"}
+    exec(compile(shipped.source("net"), "<shipped net>", "exec"), ns)
+    return ns["task_env_main"], ns
+
+
+@pytest.mark.parametrize("form", [_imported, _shipped], ids=["imported", "shipped"])
+@pytest.mark.parametrize("case,answer,env,args,want", TABLE, ids=[t[0] for t in TABLE])
+def test_task_env_table(monkeypatch, capsys, form, case, answer, env, args, want):
+    def getaddrinfo(host, port, *a, **k):
+        assert host == "node0i"
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    main, where = form(monkeypatch)
+    setter = monkeypatch.setitem if isinstance(where, dict) else monkeypatch.setattr
+    setter(where, "interface_addresses", lambda: dict(LOCAL))
+    setter(where, "source_address", lambda addr, port: ROUTES.get(addr))
+    rc = main([*args, "node0i"], env)
+    out, err = capsys.readouterr()
+    assert (rc, out, err) == want
+
+
+def test_task_env_without_master_addr(capsys):
+    assert netprobe.task_env_main([""], {}) == 1
+    assert capsys.readouterr().err == ("MASTER_ADDR is not set: the task script picks the "
+                                       "socket interface that reaches it\n")
+
+
+def test_shipped_rule_runs_alone_for_real():
+    """python3 -I -c SOURCE, as a task script runs it, on this machine: localhost -> lo."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-I", "-c", shipped.source("net"), "localhost"],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
+                          timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0, exports(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo"), "")
