@@ -206,7 +206,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
     lines += ["", "set -euo pipefail", ""]
     blocks = [site_lines(spec), env_lines(spec, runtime), _geometry_lines(spec, plan, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
-              [] if doctor else hangs_script.setup_lines(),
+              [] if doctor else hangs_script.setup_lines(spec),
               requeue_script.setup_lines(spec, via_mpirun=plan.starter[:1] == ("mpirun",))]
     for block in blocks:
         if block:
@@ -236,9 +236,11 @@ def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
             assert step.pid_var is not None
             lines += [f"# {step.comment}.", join(step.argv) + " &", f"{step.pid_var}=$!", ""]
         else:
-            lines += [f"# Launch: {step.comment}.",
-                      *(requeue_script.launch_lines(spec, join(step.argv))
-                        if spec.job.requeue else hangs_script.launch_lines(join(step.argv))), ""]
+            after = hangs_script.after_launch(spec)
+            lines += [f"# Launch: {step.comment}.", *hangs_script.watch_lines(spec),
+                      *(requeue_script.launch_lines(spec, join(step.argv), after)
+                        if spec.job.requeue else hangs_script.launch_lines(join(step.argv),
+                                                                           after)), ""]
     while lines and lines[-1] == "":
         lines.pop()
     return lines

@@ -140,6 +140,7 @@ class Launch:
     mpi: MpiLauncher = "srun"
     mpi_plugin: str = "pmix"  # srun --mpi=PLUGIN (horovod with mpi: srun)
     preflight: Optional[Preflight] = None
+    hang_timeout: Optional[int] = None  # seconds without progress: end the job (spec_hangs)
     options: Tuple[Tuple[str, Any], ...] = ()  # a mode's own keys (LaunchMode.options)
 
     def option(self, name: str, default: Any = None) -> Any:
