@@ -125,7 +125,9 @@ def _record(prog: str, argv: Sequence[str], extra: Dict[str, object] | None = No
     data = {"prog": prog, "argv": list(argv), "cwd": os.getcwd(), "seq": seq,
             "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ}}
     data.update(extra or {})
-    (log / f"{seq}.json").write_text(json.dumps(data))
+    # Written aside, then renamed: a test polling the records never reads half a file.
+    (log / f"{seq}.tmp").write_text(json.dumps(data))
+    os.replace(log / f"{seq}.tmp", log / f"{seq}.json")
 
 
 def expand(nodelist: str) -> List[str]:
