@@ -136,8 +136,9 @@ def _arm_progress(directory, rank):
 
     def done():
         if os.getpid() == pid:  # not in a forked child that returned
-            try:
-                _mark(path, _collectives() + (_calls[0],), "done")
+            try:  # the counts so far: destroy_process_group() has emptied torch's list
+                now = _collectives() + (_calls[0],)
+                _mark(path, tuple(max(a, b) for a, b in zip(now, last[0])), "done")
             except Exception:
                 pass
 

@@ -400,3 +400,44 @@ def test_real_gloo_ranks_watched_until_the_deadline(progress_dir, tmp_path):
             os.kill(pid, signal.SIGKILL)
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+COLLECTIVES = """
+import os, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+sub = dist.new_group([0, 1])
+t = torch.ones(1)
+for _ in range(3):
+    dist.all_reduce(t)
+dist.all_reduce(t, group=sub)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+model(torch.ones(2, 4)).sum().backward()  # the reducer's all_reduce, issued from C++
+world = dist.group.WORLD._get_sequence_number_for_group()
+mark = os.path.join(os.environ["TORCHRUN_JSC_STACKS"], "progress", "rank-" + os.environ["RANK"])
+deadline = time.monotonic() + 60  # until the hook's thread has seen it (it looks every 1 s)
+while "world=%d " % world not in open(mark).read() and time.monotonic() < deadline:
+    time.sleep(0.1)
+print("world", world, flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.ring2
+def test_hook_counts_real_collectives_and_keeps_them_at_the_end(progress_dir, tmp_path):
+    """2 gloo ranks: the done mark holds what torch's sequence numbers counted (the default
+    group's and every group's, DDP's backward included), after destroy_process_group."""
+    pytest.importorskip("torch")
+    (tmp_path / "coll.py").write_text(COLLECTIVES)
+    before = time.time()
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node", "2", str(tmp_path / "coll.py")],
+                          env=hook_env(progress_dir, OMP_NUM_THREADS="1"), capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    marks = stacks.read_marks(str(progress_dir), since=before)
+    assert sorted(marks) == [0, 1] and all(m["done"] for m in marks.values()), marks
+    # The default group: 3 all_reduces, DDP's start-up broadcast(s) and at least one bucket.
+    assert len({m["world"] for m in marks.values()}) == 1 and marks[0]["world"] >= 5, marks
+    assert f"world {marks[0]['world']}\n" in done.stdout, done.stdout
+    assert marks[0]["all"] >= marks[0]["world"] + 1, marks  # + the subgroup's all_reduce
