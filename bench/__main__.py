@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("launch", "launchers", "teardown", "placement", "requeue", "preflight", "container",
-            "images", "scaling")
+SECTIONS = ("launch", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
+            "container", "images", "scaling")
 EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
 
 
@@ -45,7 +45,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="2,4,8", help="node counts for the scaling section")
     ap.add_argument("--bw-mb", type=int, default=64)
     a = ap.parse_args()
-    from bench import cluster_bench, doctor_bench, image_bench, launchers_bench, netns_bench
+    from bench import cluster_bench, doctor_bench, hangs_bench, image_bench, launchers_bench, \
+        netns_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -56,6 +57,7 @@ def main() -> int:
         "requeue": lambda: cluster_bench.requeue(a.repeats),
         "preflight": lambda: doctor_bench.preflight(a.repeats),
         "doctor-faults": lambda: doctor_bench.faults(),
+        "hangs": lambda: hangs_bench.hangs(a.repeats),
         "container": lambda: netns_bench.with_network(
             2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
         "images": lambda: image_bench.images(a.repeats),
@@ -69,6 +71,7 @@ def main() -> int:
               "requeue": "Requeue (signal -> running again)",
               "preflight": "Preflight (launch.preflight: the doctor before the launch)",
               "doctor-faults": "Faults: the doctor vs the job without preflight",
+              "hangs": "Hangs (launch.hang_timeout: step time, hang -> report)",
               "container": "Container overhead", "images": "Images",
               "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)"}
     report = [f"# Bench results\n\nMachine: {machine()}\n"]

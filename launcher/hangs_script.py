@@ -13,6 +13,10 @@ read, never generated. docs/guide/hangs.md for users.
 - Before the job is killed (time limit, scancel): Slurm sends SIGTERM to the batch shell
   (scancel; at the time limit KillWait seconds before SIGKILL) and the signal asked for with
   ``--signal=B:URG@60``; the trap runs the same step and prints the groups into the job log.
+- launch.hang_timeout (optional): the hook marks each rank's progress in ``progress/``; a
+  watcher (launcher.stacks ``watch``) runs beside the launch in the batch shell and, once no
+  rank made progress for that long, prints the stacks, ends the job's steps and leaves one
+  line in ``no-progress``, which the script prints last before it exits 124.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ast
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from launcher import stacks
 from launcher.model import JobSpec
 from launcher.requeue_script import WAIT_FOR_LAUNCH
 
@@ -31,6 +36,8 @@ HANGS_DIR = ".hangs"  # under the submit directory, one directory per job id
 DIR_ENV = "TORCHRUN_JSC_STACKS"
 WARN_BEFORE_S = 60  # #SBATCH --signal=B:URG@60: the stacks a minute before the time limit
 NODE_WAIT_S = 10  # how long each node waits for its ranks' dumps
+EXIT_NO_PROGRESS = 124  # as timeout(1): ended by launch.hang_timeout
+KILL_AFTER_S = 30  # the watcher's SIGTERM to every step, then SIGKILL (Slurm's KillWait)
 # Flight recorder (NCCL's, and gloo's where torch has one): entries kept per rank, and where
 # a rank writes them on a watchdog timeout. ${NAME:-...}: the user's value wins.
 FLIGHT_RECORDER = (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
@@ -81,7 +88,13 @@ def sbatch_options(spec: JobSpec) -> List[Tuple[str, Optional[str]]]:
     return [("signal", f"B:URG@{WARN_BEFORE_S}")]
 
 
-def setup_lines() -> List[Statement]:
+def progress_period(timeout: int) -> int:
+    """Seconds between two looks at the progress, in each rank and in the watcher: a tenth of
+    the deadline, 1 to 60 s (4096 ranks then rewrite about 70 marks a second at most)."""
+    return max(1, min(60, timeout // 10))
+
+
+def setup_lines(spec: Optional[JobSpec] = None) -> List[Statement]:
     """Batch scope, before any step: the directory, the hook, the variables, the trap."""
     fr = " \\\n    ".join(f'{name}="${{{name}:-{value}}}"' for name, value in FLIGHT_RECORDER)
     report: List[Token] = ["python3", "-c", Var("stacks_py"), "report", Var("SLURM_JOB_ID")]
@@ -115,17 +128,61 @@ print_stacks() {{
 }}
 trap 'print_stacks SIGURG' URG
 trap 'print_stacks SIGTERM' TERM"""),
-    ]
+    ] + (_deadline_lines(spec) if spec is not None else [])
+
+
+def _deadline_lines(spec: JobSpec) -> List[Statement]:
+    timeout = spec.launch.hang_timeout
+    if timeout is None:
+        return []
+    period = progress_period(timeout)
+    return [Raw(f"""\
+# Progress deadline (launch.hang_timeout: {timeout} s): every {period} s each rank's hook notes
+# the collectives it has issued (and launcher.progress() calls) in $hangs_dir/progress; the
+# watcher started beside the launch ends the job once no rank made progress for {timeout} s,
+# after printing every rank's stack.
+mkdir -p -- "$hangs_dir/progress"
+printf '%s\\n' {period} >"$hangs_dir/progress/period"
+rm -f -- "$hangs_dir/{stacks.VERDICT}\"""")]
+
+
+def watch_lines(spec: JobSpec) -> List[str]:
+    """Before the launch: the watcher in the background (none without launch.hang_timeout)."""
+    timeout = spec.launch.hang_timeout
+    if timeout is None:
+        return []
+    collector = stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))
+    argv: List[Token] = ["python3", "-c", Var("stacks_py"), "watch", Var("SLURM_JOB_ID"),
+                         Var("hangs_dir"), str(timeout), str(progress_period(timeout)),
+                         str(KILL_AFTER_S), "--",
+                         *collector]
+    return ["# Beside it, the progress watcher (launch.hang_timeout; killed when the launch ends).",
+            join(argv) + " &", "hang_watch_pid=$!"]
+
+
+def after_launch(spec: JobSpec) -> str:
+    """After the launch was waited for: stop the watcher; if it ended the job, its line last
+    and exit 124. Empty without launch.hang_timeout."""
+    if spec.launch.hang_timeout is None:
+        return ""
+    verdict = f'"$hangs_dir/{stacks.VERDICT}"'
+    return f"""
+kill "$hang_watch_pid" 2>/dev/null || true
+if [ -s {verdict} ]; then
+    cat -- {verdict} >&2
+    exit {EXIT_NO_PROGRESS}
+fi"""
 
 
 
-
-def launch_lines(launch: str) -> List[str]:
+def launch_lines(launch: str, after_wait: str = "") -> List[str]:
     """The launch in the background and waited for, so that the traps above run while it
-    runs; its exit status is the job's, as in the foreground."""
-    return [launch + " &", WAIT_FOR_LAUNCH + """
+    runs; its exit status is the job's, as in the foreground. ``after_wait``: lines right
+    after the wait (:func:`after_launch`)."""
+    return [launch + " &", WAIT_FOR_LAUNCH + after_wait + """
 if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi"""]
 
 
-__all__ = ["NAMES", "hook_text", "launch_lines", "sbatch_options", "setup_lines",
-           "stacks_srun", "stacks_text"]
+__all__ = ["EXIT_NO_PROGRESS", "NAMES", "after_launch", "hook_text", "launch_lines",
+           "progress_period", "sbatch_options", "setup_lines", "stacks_srun", "stacks_text",
+           "watch_lines"]

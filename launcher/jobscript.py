@@ -225,7 +225,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
     blocks = [site_lines(spec), env_lines(spec, runtime),
               _geometry_lines(spec, plan, runtime, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
-              [] if doctor else hangs_script.setup_lines(),
+              [] if doctor else hangs_script.setup_lines(spec),
               requeue_script.setup_lines(spec, via_mpirun=plan.via_mpirun)]
     for block in blocks:
         if block:
@@ -243,11 +243,13 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
 
 
 def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
-    """The launch; its exit status is the job's."""
+    """The launch (with the progress watcher when launch.hang_timeout is set); its exit
+    status is the job's."""
     argv = join(plan.step.argv)
-    return [f"# Launch: {plan.step.comment}.",
-            *(requeue_script.launch_lines(spec, argv) if spec.job.requeue
-              else hangs_script.launch_lines(argv))]
+    after = hangs_script.after_launch(spec)
+    return [f"# Launch: {plan.step.comment}.", *hangs_script.watch_lines(spec),
+            *(requeue_script.launch_lines(spec, argv, after) if spec.job.requeue
+              else hangs_script.launch_lines(argv, after))]
 
 
 __all__ = ["MASTER_ENV", "node_count_lines", "render_jobscript", "rendezvous_lines",

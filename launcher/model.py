@@ -135,6 +135,7 @@ class Launch:
     command: Tuple[str, ...] = ()  # argv of the per-node launcher (modes that have one)
     rdzv_port: Optional[int] = None
     preflight: Optional[Preflight] = None
+    hang_timeout: Optional[int] = None  # seconds without progress: end the job (spec_hangs)
     # The mode's own keys, typed: the frozen dataclass its LaunchMode.options returns (e.g.
     # launcher.modes.horovod.HorovodOptions), None for a mode without options.
     options: Any = None

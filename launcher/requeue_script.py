@@ -79,12 +79,13 @@ while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
 done"""
 
 
-def launch_lines(spec: JobSpec, launch: str) -> List[str]:
-    """The launch in the background (a trap runs only between commands), then the verdict."""
+def launch_lines(spec: JobSpec, launch: str, after_wait: str = "") -> List[str]:
+    """The launch in the background (a trap runs only between commands), then the verdict.
+    ``after_wait``: lines right after the wait (launcher.hangs_script.after_launch)."""
     q = spec.job.requeue
     if q is None:
         return [launch]
-    return [launch + " &", WAIT_FOR_LAUNCH + f"""
+    return [launch + " &", WAIT_FOR_LAUNCH + after_wait + f"""
 if [ "$signalled" = 1 ] && [ "$launch_rc" -eq {128 + signal.Signals["SIG" + q.signal].value} ]; then
     # Ranks that had no handler yet (still starting) died of the signal itself: nothing
     # was lost since the last periodic checkpoint, so resume from there.

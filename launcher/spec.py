@@ -8,6 +8,7 @@ get wrong is caught here, before anything is rendered, and reported as one SpecE
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
@@ -15,6 +16,7 @@ from launcher.model import Job, JobSpec, Launch, Site, SpecError
 from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
 from launcher.spec_env import load_env
+from launcher.spec_hangs import load_hang_timeout
 from launcher.spec_preflight import load_preflight
 from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
@@ -25,7 +27,7 @@ from launcher.yamlread import Reader, load_yaml
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
         "output", "error", "node_output", "sbatch", "requeue")
-_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port", "preflight")
+_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port", "preflight", "hang_timeout")
 # Every other launch key belongs to the modes that name it in LaunchMode.keys.
 _LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
 # Options the composer writes itself; setting them in job.sbatch would contradict it.
@@ -157,7 +159,7 @@ def _load_launch(r: Reader, value: Any, job: Job, site: Site) -> Launch:
             why = MODES[owners[0]].keys[key].format(modes=modes_phrase(owners))
             raise r.fail(f"launch.{key}", f"means nothing in mode {name!r}: {why}", m[key])
     port = m.get("rdzv_port")
-    return Launch(
+    launch = Launch(
         mode=name,
         procs_per_node=r.integer("launch.procs_per_node",
                                  m.get("procs_per_node", job.gpus_per_node or 1), 1, 1024),
@@ -166,6 +168,7 @@ def _load_launch(r: Reader, value: Any, job: Job, site: Site) -> Launch:
         preflight=load_preflight(r, m.get("preflight")),
         options=mode.options(r, m, site),
     )
+    return replace(launch, hang_timeout=load_hang_timeout(r, m.get("hang_timeout"), job, launch))
 
 
 def _command(r: Reader, value: Any) -> Tuple[str, ...]:

@@ -8,6 +8,11 @@ grouped by stack, the odd one out last::
 
     stacks: 7 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch at data.py:17
 
+``watch`` (jobs with launch.hang_timeout) runs beside the launch in the batch shell: it reads
+the ranks' progress marks (written by the hook) and, once no rank made progress for the
+timeout, collects and prints the stacks, names the rank that is behind in one line (into the
+file ``no-progress``, which the jobscript prints last) and ends the job's steps.
+
 Standard library only, Python >= 3.6, run as a script (``python3 -c "$(cat stacks.py)"``
 on a node, outside any container: the ranks' processes are visible from the host) and
 imported by the CLI and the tests. No launcher imports: the text is shipped as it is.
@@ -19,6 +24,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -30,6 +36,8 @@ _THREAD = re.compile(r"(Current thread|Thread) (0x[0-9a-fA-F]+)")
 _FRAME = re.compile(r'\s+File "(.*)", line (\d+|\?\?\?) in (.*)')
 _LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen ")
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
+_MARK = re.compile(r"world=(\d+) all=(\d+) calls=(\d+) t=([\d.]+) state=(run|done)\s*\Z")
+VERDICT = "no-progress"  # under the job's directory: the watcher's one line
 
 
 # --- the node side -------------------------------------------------------------------------
@@ -274,6 +282,130 @@ def report(records, job_id=None):
     return "\n".join(lines) + "\n"
 
 
+# --- the progress deadline -----------------------------------------------------------------
+
+def read_marks(directory, since=0.0):
+    """{rank: {"world", "all", "calls", "t", "done"}} from ``directory/progress/rank-R``;
+    marks older than ``since`` (an earlier attempt of a requeued job) are left out. Each file
+    is opened (an NFS client then asks the server, not its attribute cache); a mark caught
+    while it is rewritten counts as written now (its mtime)."""
+    out = {}
+    for path in glob.glob(os.path.join(directory, "progress", "rank-*")):
+        rank = os.path.basename(path)[len("rank-"):]
+        if not rank.isdigit():
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                mtime, data = os.fstat(fd).st_mtime, os.read(fd, 4096)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        match = _MARK.match(data.decode("ascii", "replace"))
+        if match:
+            mark = {"world": int(match.group(1)), "all": int(match.group(2)),
+                    "calls": int(match.group(3)), "t": float(match.group(4)),
+                    "done": match.group(5) == "done"}
+        else:
+            mark = {"world": None, "all": None, "calls": None, "t": mtime, "done": False}
+        if mark["t"] >= since:
+            out[int(rank)] = mark
+    return out
+
+
+def overdue(marks, now, timeout):
+    """Seconds since any rank last made progress, when that is at least ``timeout`` and some
+    rank still runs; else None (no rank has started yet, or every rank has finished)."""
+    if not marks or all(m["done"] for m in marks.values()):
+        return None
+    idle = now - max(m["t"] for m in marks.values())
+    return idle if idle >= timeout else None
+
+
+def _plural(n, word):
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def verdict(records, marks, timeout):
+    """The one line: who is behind, where. Behind: the running ranks that issued the fewest
+    collectives of the default group (every rank takes part in each of them, so the ones
+    with fewer never arrived); when all issued as many, the odd one out of the stacks."""
+    running = {r: m for r, m in marks.items() if not m["done"]}
+    counts = [m["world"] for m in running.values() if m["world"] is not None]
+    by_rank = {_rank(r): r for r in records}
+    if counts and min(counts) < max(counts):
+        low = min(counts)
+        behind = sorted(r for r, m in running.items() if m["world"] == low)
+        members = [by_rank.get(r, {"rank": str(r), "host": "?", "dump": None, "state": "?"})
+                   for r in behind]
+        phrases = [_phrase(f, m) for f, m in group(members)]
+        text = "; ".join(phrases[:3]) + ("; and %d more" % (len(phrases) - 3)
+                                          if len(phrases) > 3 else "")
+        text += ", %s behind the other %d" % (_plural(max(counts) - low, "collective"),
+                                              len(running) - len(behind))
+    elif records:
+        groups = group(records)
+        text = _phrase(*groups[-1])  # the odd one out: the smallest group, listed last
+        if len(groups) == 1 and len(records) > 1:
+            text = "all " + text
+    else:
+        text = "no rank answered the stack request"
+    return "no progress for %d s: %s; job ended" % (timeout, text)
+
+
+def _stop(job_id, kill_after, sleep):
+    """SIGTERM to every step of the job (not the batch shell), SIGKILL after ``kill_after``."""
+    for sig in ("TERM", "KILL"):
+        try:
+            subprocess.call(["scancel", "--signal=" + sig, str(job_id)])
+        except OSError as exc:
+            print("watch: scancel: %s" % exc, file=sys.stderr)
+        if sig == "TERM":
+            sleep(kill_after)
+
+
+def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.time,
+          sleep=time.sleep, out=None):
+    """Until no rank made progress for ``timeout`` s (checked every ``period`` s): then the
+    stacks (``collector``: argv printing JSON lines, the per-node step), the verdict into
+    ``directory/no-progress``, and the job's steps ended (SIGKILL ``kill_after`` s after
+    SIGTERM). Returns 0; the jobscript kills this process when the launch ends first."""
+    out = out or sys.stdout
+    start, noted = clock(), False
+    while True:
+        sleep(period)
+        marks = read_marks(directory, since=start)
+        idle = overdue(marks, clock(), timeout)
+        if idle is not None:
+            break
+        if not marks and not noted and clock() - start >= timeout:
+            noted = True
+            out.write("job %s: launch.hang_timeout: no rank has reported after %d s (still "
+                      "starting, or the image hides the kit's hook: docs/guide/hangs.md)\n"
+                      % (job_id, timeout))
+            out.flush()
+    out.write("job %s: no progress for %d s (launch.hang_timeout %d) at %.6f: every rank's "
+              "stack (jsc-compose stacks)\n" % (job_id, idle, timeout, clock()))
+    out.flush()
+    try:
+        lines = subprocess.run(collector, stdout=subprocess.PIPE, universal_newlines=True,
+                               timeout=300).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        print("watch: %s" % exc, file=sys.stderr)
+        lines = []
+    records = read_records(lines)
+    out.write(report(records, job_id))
+    out.flush()
+    line = verdict(records, read_marks(directory, since=start), timeout)
+    tmp = os.path.join(directory, VERDICT + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(line + "\n")
+    os.replace(tmp, os.path.join(directory, VERDICT))
+    _stop(job_id, kill_after, sleep)
+    return 0
+
+
 def read_records(lines):
     out = []
     for line in lines:
@@ -288,7 +420,8 @@ def read_records(lines):
 
 def main(argv):
     """``node JOBID [WAIT_S]``: this node's ranks as JSON lines; ``report [JOBID]``: group the
-    lines on stdin."""
+    lines on stdin; ``watch JOBID DIR TIMEOUT_S PERIOD_S KILL_AFTER_S -- COLLECTOR...``: the
+    progress deadline."""
     if argv[:1] == ["node"] and len(argv) in (2, 3):
         job = None if argv[1] in ("", "-") else argv[1]
         for record in collect(job, float(argv[2]) if len(argv) == 3 else WAIT_S):
@@ -297,7 +430,12 @@ def main(argv):
     if argv[:1] == ["report"] and len(argv) in (1, 2):
         sys.stdout.write(report(read_records(sys.stdin), argv[1] if len(argv) == 2 else None))
         return 0
-    print("usage: stacks node JOBID [WAIT_S] | stacks report [JOBID]", file=sys.stderr)
+    if argv[:1] == ["watch"] and len(argv) > 7 and argv[6] == "--":
+        return watch(argv[1], argv[2], float(argv[3]), float(argv[4]), float(argv[5]),
+                     argv[7:])
+    print("usage: stacks node JOBID [WAIT_S] | stacks report [JOBID] | "
+          "stacks watch JOBID DIR TIMEOUT_S PERIOD_S KILL_AFTER_S -- COLLECTOR...",
+          file=sys.stderr)
     return 2
 
 

@@ -14,6 +14,14 @@ default action is to be ignored, so the same signal reaching an unarmed process 
 Then faulthandler (C code, no GIL needed: also while the rank waits in NCCL or gloo) appends
 every thread's Python stack to ``STACKS_DIR/rank-R.pid-P.txt``. Any other sitecustomize on
 the path after this one still runs.
+
+Progress (only where the directory ``STACKS_DIR/progress`` exists: the spec sets
+launch.hang_timeout): one daemon thread wakes every ``progress/period`` seconds and reads how
+many collectives this rank has issued (torch's per-group sequence numbers, summed over every
+process group, once torch.distributed is imported: nothing is patched or wrapped) and how often
+the program called ``launcher.progress()``; when either moved it rewrites the one-line mark
+``progress/rank-R``. At exit the mark says done. The watcher in the batch shell
+(launcher.stacks ``watch``) reads the marks. Nothing runs per step.
 """
 
 import os
@@ -22,7 +30,10 @@ import sys
 DIR_ENV = "TORCHRUN_JSC_STACKS"  # the directory the dumps go to (set by the jobscript)
 PID_ENV = "TORCHRUN_JSC_STACKS_PID"  # the armed process of this rank
 RANK_ENVS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+MODULE = "jsc_stacks_hook"  # this module in sys.modules, for launcher.progress()
+MARK_WIDTH = 128  # bytes of a mark: rewritten in place, never truncated (a reader sees a whole one)
 _keep = []  # the open dump file: faulthandler writes to its descriptor
+_calls = [0]  # launcher.progress() calls of this rank
 
 
 def _rank(env):
@@ -58,6 +69,82 @@ def _arm(env):
     _keep.append(f)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_disarm)
+    _arm_progress(directory, rank)
+
+
+def progress():
+    """launcher.progress(): the program says this rank made progress (an int increment)."""
+    _calls[0] += 1
+
+
+def _collectives():
+    """(collectives issued in the default group, in all groups) by this rank so far: torch's
+    sequence numbers, counted when a collective is issued (also by DDP's C++ reducer)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is None:
+        return 0, 0
+    world = getattr(c10d, "_world", None)
+    groups = list(getattr(world, "pg_map", None) or getattr(c10d, "_pg_map", None) or ())
+    default = getattr(world, "default_pg", None)
+    own = total = 0
+    for group in groups:
+        try:
+            n = int(group._get_sequence_number_for_group())
+        except Exception:
+            continue
+        total += n
+        if group is default:
+            own = n
+    return own, total
+
+
+def _mark(path, token, state):
+    import time
+
+    line = "world=%d all=%d calls=%d t=%.3f state=%s" % (token + (time.time(), state))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line.ljust(MARK_WIDTH - 1) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _arm_progress(directory, rank):
+    folder = os.path.join(directory, "progress")
+    try:
+        with open(os.path.join(folder, "period")) as f:
+            period = max(0.1, float(f.read().strip()))
+    except (OSError, ValueError):
+        return  # no progress deadline in this job
+    import atexit
+    import threading
+    import time
+
+    path, pid = os.path.join(folder, "rank-%s" % rank), os.getpid()
+    last = [(0, 0, 0)]
+
+    def beat():
+        while True:  # never ends on an error: a silent thread would read as a hang
+            time.sleep(period)
+            try:
+                token = _collectives() + (_calls[0],)
+                if token != last[0]:
+                    _mark(path, token, "run")
+                    last[0] = token
+            except Exception:
+                pass
+
+    def done():
+        if os.getpid() == pid:  # not in a forked child that returned
+            try:  # the counts so far: destroy_process_group() has emptied torch's list
+                now = _collectives() + (_calls[0],)
+                _mark(path, tuple(max(a, b) for a, b in zip(now, last[0])), "done")
+            except Exception:
+                pass
+
+    _mark(path, last[0], "run")  # started: the first progress
+    atexit.register(done)
+    threading.Thread(target=beat, name="jsc_progress", daemon=True).start()
 
 
 def _disarm():
@@ -85,6 +172,7 @@ def _chain():
     spec.loader.exec_module(module)
 
 
+sys.modules[MODULE] = sys.modules[__name__]
 try:
     _arm(os.environ)
 except Exception:

@@ -7,7 +7,10 @@ all_reduce. Checked:
     still runs afterwards;
   - a minute before the time limit (--signal=B:URG@60) the job's log gets the same lines;
   - a job that does not hang finishes as before, with no stacks in its log;
-  - the rendezvous timeouts the jobscript computed reach torchrun (--rdzv_conf in the log).
+  - the rendezvous timeouts the jobscript computed reach torchrun (--rdzv_conf in the log);
+  - with launch.hang_timeout the same hang ends the job long before its time limit (exit 124),
+    its log has the stacks and, last, one line naming rank 3, its node and load_batch; a job
+    that steps for longer than the deadline is not ended.
 """
 
 from __future__ import annotations
@@ -35,19 +38,19 @@ env:
 launch:
   mode: {mode}
   procs_per_node: 2
-program: [python3, -u, {program}]
+{launch_extra}program: [python3, -u, {program}]
 """
 VENV_SITE = "site:\n  profile: jsc\n  venv: .venv"
 IMAGE_SITE = "site: jsc\nruntime:\n  kind: apptainer\n  image: image.sif"
 
 
 def render(shared_tmp: Path, time_limit: str, program: str, mode: str = "torchrun",
-           where: str = VENV_SITE) -> Path:
+           where: str = VENV_SITE, launch_extra: str = "") -> Path:
     ready = shared_tmp / "ready"
     ready.mkdir(exist_ok=True)
     spec = shared_tmp / "hang.yaml"
     spec.write_text(SPEC.format(time=time_limit, ready=ready, program=program, mode=mode,
-                                where=where))
+                                where=where, launch_extra=launch_extra))
     job = shared_tmp / "hang.job"
     p = subprocess.run([PY, "-m", "launcher", "render", str(spec), "-o", str(job)],
                        capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
@@ -126,3 +129,51 @@ def test_normal_job_has_no_stacks(cluster, shared_tmp):
     assert len(res.summaries) == 1, res.output
     files = sorted(p.name.split(".")[0] for p in (REPO / ".hangs" / res.job_id / "stacks").iterdir())
     assert files == ["rank-0", "rank-1", "rank-2", "rank-3"], files
+
+
+DEADLINE_S = 130  # launch.hang_timeout: a little above the least it takes for 2 nodes (121 s)
+PERIOD_S = 13  # a tenth of it: how often the ranks and the watcher look
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "srun"])
+def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
+    """Rank 3 stops in load_batch after the first all_reduce, ranks 0-2 wait in the next one
+    (gloo's default 30 min timeout): with launch.hang_timeout the job ends about DEADLINE_S
+    after their last move, well before its 10 min time limit, and says who and where."""
+    job = render(shared_tmp, "00:10:00", str(REPO / "tests/programs/hang_ranks.py"), mode,
+                 launch_extra=f"  hang_timeout: {DEADLINE_S}\n")
+    assert f"watch \"${{SLURM_JOB_ID}}\" \"${{hangs_dir}}\" {DEADLINE_S} {PERIOD_S} 30 --" in \
+        job.read_text().replace(" \\\n    ", " ")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "deadline-%j.out")], timeout=540,
+                          cwd=str(REPO))
+    print(res.output)
+    assert res.state == "FAILED" and res.exit_code.startswith("124:"), \
+        (res.state, res.exit_code, res.output)
+    # Start-up, the deadline, two looks of 13 s, the stacks and the end: minutes below 10.
+    assert DEADLINE_S < res.elapsed_s < 360, res.elapsed_s
+    out = res.output
+    assert f"(launch.hang_timeout {DEADLINE_S}) at " in out, out
+    assert "stacks: 3 ranks in all_reduce at hang_ranks.py:" in out, out
+    assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in out, out
+    last = [line for line in out.splitlines() if line.startswith("no progress for ")]
+    assert last == [f"no progress for {DEADLINE_S} s: rank 3 on jwb0002 in load_batch at "
+                    "hang_ranks.py:14, 1 collective behind the other 3; job ended"], out
+    assert "SIGURG" not in out  # ended by the deadline, not warned by the time limit
+    assert (REPO / ".hangs" / res.job_id / "no-progress").read_text() == last[0] + "\n"
+
+
+def test_progress_deadline_leaves_a_stepping_job_alone(cluster, shared_tmp):
+    """A job that steps for longer than the deadline (400 steps of 0.5 s, collectives in
+    every step's backward) finishes; every rank's mark says done and no line is printed."""
+    job = render(shared_tmp, "00:10:00", "examples/ddp_train.py, --steps, '400', --step-sleep, "
+                 "'0.5'",
+                 launch_extra=f"  hang_timeout: {DEADLINE_S}\n")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "steps-%j.out")], timeout=540,
+                          cwd=str(REPO))
+    assert res.state == "COMPLETED", res.output
+    assert res.elapsed_s > DEADLINE_S + 60, res.elapsed_s  # it did outlast the deadline
+    assert "no progress" not in res.output and "stacks:" not in res.output, res.output
+    marks = [p.read_text().split() for p in
+             sorted((REPO / ".hangs" / res.job_id / "progress").glob("rank-*"))]
+    assert len(marks) == 4 and all(m[-1] == "state=done" for m in marks), marks
+    assert len({m[0] for m in marks}) == 1, marks  # every rank issued as many collectives
