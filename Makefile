@@ -61,7 +61,7 @@ build/image.vars: FORCE
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 build/horovod.vars: FORCE
 	@mkdir -p build
-	@echo "BASE=$(BASE)" >$@.new
+	@printf '%s\n' "BASE=$(BASE)" "HOST_OPENMPI=$$(dpkg-query -W -f='$${Version}' openmpi-bin 2>/dev/null)" >$@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 
 image.sif: build/base-$(BASE).sif containers/pytorch.def containers/files/allreduce_check.py \

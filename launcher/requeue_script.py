@@ -12,7 +12,8 @@ How a checkpoint request travels (one path for the time limit and for a preempti
 3. The program checkpoints, rank 0 writes $REQUEUE_MARKER, all exit 0 (launcher.requeue).
 4. The script requeues (``scontrol requeue``) while the restart count < max (Slurm's
    SLURM_RESTART_COUNT, else psslurm's SLURM_JOB_RESTART_COUNT, else 0), with
-   ``--open-mode=append`` so every attempt's output stays in the log. Exit 0 without a
+   ``--open-mode=append`` so every attempt's output stays in the log; a preemption where the
+   partition requeues (PreemptMode=REQUEUE) is left to Slurm. Exit 0 without a
    marker: finished. Non-zero: failed, never requeued. Marker at the maximum, or a requeue
    the site refuses: exit 75 with one line that says how to resume.
 """
@@ -86,12 +87,30 @@ def launch_lines(spec: JobSpec, launch: str, after_wait: str = "") -> List[str]:
     if q is None:
         return [launch]
     return [launch + " &", WAIT_FOR_LAUNCH + after_wait + f"""
+# A preemption (PreemptTime set) on a partition that requeues preempted jobs: Slurm requeues
+# this job when the script ends, whatever its exit (a site that preempts with SIGTERM ends
+# the ranks: they resume from the last periodic checkpoint). A requeue of our own on top
+# made Slurm 24.11 requeue it once more after the next attempt had finished (lab job 12).
+job_info=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null) || job_info=""
+slurm_requeues=""
+case $job_info in
+    *" PreemptTime=None"*|"") ;;
+    *" PreemptTime="*)
+        preempt_mode=$(scontrol show partition "${{SLURM_JOB_PARTITION:-}}" 2>/dev/null |
+            sed -n 's/.*PreemptMode=\\([^ ]*\\).*/\\1/p') || preempt_mode=""
+        case $preempt_mode in *REQUEUE*) slurm_requeues="PreemptMode=$preempt_mode" ;; esac ;;
+esac
 if [ "$signalled" = 1 ] && [ "$launch_rc" -eq {128 + signal.Signals["SIG" + q.signal].value} ]; then
     # Ranks that had no handler yet (still starting) died of the signal itself: nothing
     # was lost since the last periodic checkpoint, so resume from there.
     echo "no new checkpoint: ranks ended by SIG{q.signal} before their handler was set" \\
         >"$REQUEUE_MARKER"
     launch_rc=0
+fi
+if [ "$launch_rc" -ne 0 ] && [ -n "$slurm_requeues" ]; then
+    echo "job ${{SLURM_JOB_ID}}: preempted, the program ended with exit $launch_rc: Slurm" \\
+        "requeues it ($slurm_requeues), from the last periodic checkpoint"
+    exit "$launch_rc"
 fi
 if [ "$launch_rc" -ne 0 ]; then
     echo "job ${{SLURM_JOB_ID}}: the program failed (exit $launch_rc): not requeued" >&2
@@ -103,6 +122,10 @@ if [ ! -e "$REQUEUE_MARKER" ]; then
 fi
 echo "job ${{SLURM_JOB_ID}}: checkpointed: $(cat -- "$REQUEUE_MARKER")"
 rm -f -- "$REQUEUE_MARKER"
+if [ -n "$slurm_requeues" ]; then
+    echo "job ${{SLURM_JOB_ID}}: preempted: Slurm requeues it ($slurm_requeues)"
+    exit 0
+fi
 if [ "$restart_count" -ge {q.max} ]; then
     echo "job ${{SLURM_JOB_ID}}: requeued {q.max} times already (job.requeue.max): not again;" \\
         "resubmit to go on from the checkpoint" >&2
@@ -113,7 +136,7 @@ if scontrol requeue "$SLURM_JOB_ID"; then
 else
     # A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the
     # checkpoint is saved, so say how to go on rather than end as if the work were done.
-    jobscript=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=//p') || true
+    jobscript=$(sed -n 's/^ *Command=//p' <<<"$job_info")
     echo "job ${{SLURM_JOB_ID}}: scontrol requeue was refused: the checkpoint is saved; resume" \\
         "with: sbatch ${{jobscript:-this jobscript}}" >&2
     exit {EXIT_MAX_REACHED}

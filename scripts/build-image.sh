@@ -324,6 +324,18 @@ cmd_image() {
     commit_output "$out"
 }
 
+# mpi_suite BASE: the Debian suite whose Open MPI the local base's image needs so that the
+# host's mpirun can start ranks in it (the same series on both sides): empty for the base's
+# own (bookworm: 4.1) or another base (docker: its own Open MPI; match the site's yourself).
+mpi_suite() {
+    local host
+    [ "$1" = local ] || return 0
+    host=$(dpkg-query -W -f='${Version}' openmpi-bin 2>/dev/null || true)
+    case $host in
+        5.*) echo trixie ;;
+    esac
+}
+
 cmd_horovod() {
     local name=${1:?base name} out=${2:-$repo/horovod.sif} base start gpu=none
     if [ "$name" = docker ]; then
@@ -346,8 +358,8 @@ cmd_horovod() {
         --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
         --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "WHEELHOUSE=$build/wheelhouse/horovod" \
         --build-arg "HOROVOD_VERSION=$HOROVOD_VERSION" --build-arg "GPU_OPERATIONS=$gpu" \
-        --build-arg "PY_DEPS=${HOROVOD_DEPS[*]}" \
-        --build-arg "FILES=$repo/containers/files"
+        --build-arg "PY_DEPS=${HOROVOD_DEPS[*]}" --build-arg "MPI_SUITE=$(mpi_suite "$name")" \
+        --build-arg "MIRROR=$MIRROR" --build-arg "FILES=$repo/containers/files"
     record horovod_build_s "$(elapsed "$start")"
     start=$(now)
     run_test "$tmp_out" horovod

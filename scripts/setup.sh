@@ -20,9 +20,16 @@ apt_pref=$root/etc/apt/preferences.d/torchrun-jsc-trixie-sid
 apt_stamp=$root/var/lib/apt/torchrun-jsc-updated
 apptainer_conf=$root/etc/apptainer/apptainer.conf
 
-apt_packages=(slurm-wlm munge squashfs-tools debootstrap openmpi-bin libopenmpi-dev
-              libpmix-dev shellcheck iproute2 util-linux procps psmisc cmake g++ make libcap2-bin
+apt_packages=(munge squashfs-tools debootstrap shellcheck iproute2 util-linux procps psmisc cmake
+              g++ make libcap2-bin mariadb-server
               libibverbs1 ibverbs-providers)  # the doctor's rdma tests load the real verbs library
+# Slurm: the series sites run today, Debian trixie's 24.11, unless LAB_SLURM=22.05 (bookworm's;
+# on a fresh machine only: setup never downgrades). slurmdbd with MariaDB for accounting; the
+# MariaDB server stays bookworm's 10.11 (in apt_packages): trixie's 11.8.9 makes 24.11.5's
+# slurmdbd die at start ("_check_mysql_concat_is_sane: null result"). Open MPI and PMIx follow
+# the Slurm series (24.11 links trixie's PMIx 5, which replaces bookworm's 4).
+lab_slurm=${LAB_SLURM:-24.11}
+slurm_packages=(slurm-wlm slurmctld slurmd slurm-client slurmdbd openmpi-bin libopenmpi-dev libpmix-dev)
 glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl)
 # mkdocs: tests/test_docs.py builds the docs site (mkdocs.yml) with --strict.
 venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy 'mkdocs==1.6.1')
@@ -30,6 +37,12 @@ venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy 'mkd
 launchers_req=$here/requirements/launchers.txt
 
 die() { echo "setup: $*" >&2; exit 1; }
+
+case $lab_slurm in
+    24.11) slurm_suite=trixie ;;
+    22.05) slurm_suite=bookworm ;;
+    *) die "LAB_SLURM: expected 24.11 (Debian trixie, the default) or 22.05 (bookworm), got '$lab_slurm'" ;;
+esac
 
 plan_only=0
 yes=${SETUP_YES:-0}
@@ -46,6 +59,21 @@ missing=()
 for p in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# Slurm of the wanted series, every package of it; a newer series than asked is never downgraded.
+slurm_have=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null || true)
+slurm_have=${slurm_have%%-*}
+need_slurm=0
+for p in "${slurm_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need_slurm=1
+done
+case $slurm_have in
+    "") need_slurm=1 ;;
+    "$lab_slurm".*) ;;
+    *) if [ "$lab_slurm" = 22.05 ]; then
+           die "LAB_SLURM=22.05, but Slurm $slurm_have is installed: setup never downgrades (use a fresh machine)"
+       fi
+       need_slurm=1 ;;
+esac
 need_apptainer=0
 command -v apptainer >/dev/null || need_apptainer=1
 need_config=0
@@ -70,14 +98,22 @@ print_plan() {
     echo "setup: this will change the host:"
     if [ "${#missing[@]}" -gt 0 ]; then
         echo "  - apt (bookworm): ${missing[*]}"
-        echo "      the local Slurm cluster, Open MPI, image builds (debootstrap, squashfs) and tests (shellcheck)"
+        echo "      munge and MariaDB for the local cluster, image builds (debootstrap, squashfs), tests (shellcheck)"
     fi
-    if [[ " ${missing[*]} " == *" slurm-wlm "* ]]; then
-        echo "  - /etc/slurm: created by slurm-wlm; 'make cluster-up' later writes slurm.conf, gres.conf, mpi.conf there"
+    if [ "$need_slurm" = 1 ]; then
+        echo "  - apt ($slurm_suite): Slurm $lab_slurm: ${slurm_packages[*]}${slurm_have:+ (replaces Slurm $slurm_have)}"
+        echo "      the local cluster with accounting (slurmdbd on MariaDB); Open MPI and PMIx follow Slurm's series"
+        if [ "$slurm_suite" = trixie ]; then
+            echo "      with systemd from trixie: Slurm 24.11's packages declare their user in a form bookworm's systemd-sysusers rejects"
+        fi
+        [ -n "$slurm_have" ] ||
+            echo "  - /etc/slurm: created by slurm-wlm; 'make cluster-up' later writes slurm.conf, slurmdbd.conf, gres.conf, mpi.conf there"
+    fi
+    if [ "$need_apptainer" = 1 ] || { [ "$need_slurm" = 1 ] && [ "$slurm_suite" = trixie ]; }; then
+        echo "  - apt sources: ${apt_src#"$root"} and ${apt_pref#"$root"} (Debian trixie + sid, pinned to priority 100/50)"
+        echo "      Slurm 24.11 comes from trixie, Apptainer only from sid; the low pins keep every other package on bookworm"
     fi
     if [ "$need_apptainer" = 1 ]; then
-        echo "  - apt sources: ${apt_src#"$root"} and ${apt_pref#"$root"} (Debian trixie + sid, pinned to priority 100/50)"
-        echo "      Apptainer is packaged only in sid; the low pins keep every other package on bookworm"
         echo "  - glibc from Debian trixie: ${glibc_trixie[*]}"
         echo "      sid's apptainer needs a newer glibc than bookworm's 2.36"
         echo "  - apt (sid): apptainer"
@@ -102,7 +138,7 @@ print_plan() {
 }
 
 nothing_to_do() {
-    [ "${#missing[@]}" = 0 ] && [ "$need_apptainer" = 0 ] && [ "$need_config" = 0 ] &&
+    [ "${#missing[@]}" = 0 ] && [ "$need_slurm" = 0 ] && [ "$need_apptainer" = 0 ] && [ "$need_config" = 0 ] &&
         [ "$need_fuse" = 0 ] && [ "$need_venv" = 0 ] && [ "$need_launchers" = 0 ]
 }
 
@@ -201,9 +237,17 @@ if nothing_to_do; then
 else
     print_plan
     confirm
-    if [ "$need_apptainer" = 1 ]; then step "apt sources for trixie and sid (pinned low)" add_trixie_sid; fi
-    if [ "${#missing[@]}" -gt 0 ] || [ "$need_apptainer" = 1 ]; then
+    need_trixie=$need_apptainer
+    [ "$need_slurm" = 1 ] && [ "$slurm_suite" = trixie ] && need_trixie=1
+    if [ "$need_trixie" = 1 ]; then step "apt sources for trixie and sid (pinned low)" add_trixie_sid; fi
+    if [ "${#missing[@]}" -gt 0 ] || [ "$need_slurm" = 1 ] || [ "$need_trixie" = 1 ]; then
         step "apt-get update" apt_update_once
+    fi
+    if [ "$need_slurm" = 1 ] && [ "$slurm_suite" = trixie ]; then
+        step "systemd from trixie (for Slurm 24.11's package scripts)" apt_install -t trixie systemd
+        step "Slurm $lab_slurm from trixie" apt_install -t trixie "${slurm_packages[@]}"
+    elif [ "$need_slurm" = 1 ]; then
+        step "Slurm $lab_slurm from bookworm" apt_install "${slurm_packages[@]}"
     fi
     if [ "${#missing[@]}" -gt 0 ]; then
         step "apt-get install (${#missing[@]} packages)" apt_install "${missing[@]}"

@@ -55,7 +55,7 @@ def slurmd_pids() -> dict[str, str]:
 
 
 def test_cluster_has_two_nodes_up_with_fake_gpus(cluster):
-    p = sh(["sinfo", "-h", "-N", "-o", "%N %P %T %G"])
+    p = sh(["sinfo", "-h", "-N", "-p", "batch", "-o", "%N %P %T %G"])
     assert p.returncode == 0, p.stderr
     rows = [line.split() for line in p.stdout.splitlines()]
     assert len(rows) >= 2, p.stdout
@@ -63,6 +63,8 @@ def test_cluster_has_two_nodes_up_with_fake_gpus(cluster):
         assert node.startswith("jwb") and partition == "batch*", p.stdout
         assert state in ("idle", "mixed", "allocated", "completing"), p.stdout  # busy is fine
         assert gres.startswith("gpu:4"), p.stdout
+    urgent = sh(["sinfo", "-h", "-p", "urgent", "-o", "%P %D"])  # the preempting partition
+    assert urgent.stdout.split() == ["urgent", str(len(rows))], urgent.stdout
 
 
 def test_gpu_options_are_accepted_and_set_cuda_visible_devices(cluster):

@@ -62,8 +62,11 @@ def info(job_id: str) -> Dict[str, str]:
 
 
 def run(job: Path, cwd: Path, name: str, sbatch: List[str] = (),
-        preempt: bool = False) -> Dict[str, object]:
-    """Submit, follow through every requeue, return scontrol's info and the output."""
+        preempt: bool = False, preemptor: Optional[List[str]] = None) -> Dict[str, object]:
+    """Submit, follow through every requeue, return scontrol's info and the output.
+    preempt: `scancel -b --signal=USR2` once per attempt after its first step. preemptor:
+    sbatch arguments of a job in a higher partition, submitted once, after the first step:
+    Slurm itself preempts (the lab's PreemptType=preempt/partition_prio)."""
     out = cwd / f"{name}.out"
     job_id = sh("sbatch", "--parsable", "-J", name, "-o", str(out), *sbatch, str(job),
                 cwd=cwd).strip()
@@ -84,6 +87,10 @@ def run(job: Path, cwd: Path, name: str, sbatch: List[str] = (),
         if preempt and attempt not in signalled and re.search(r"^step \d+ ", current, re.M):
             sh("scancel", "-b", "--signal=USR2", job_id)  # a preemption, as the site does
             signalled.add(attempt)
+        if preemptor and not signalled and re.search(r"^step \d+ ", current, re.M):
+            urgent = sh("sbatch", "--parsable", *preemptor, cwd=cwd).strip()
+            assert urgent, f"the preemptor was not submitted: {preemptor}"
+            signalled.add(urgent)
         time.sleep(0.5)
     i = info(job_id)
     text = out.read_text()
@@ -166,6 +173,32 @@ def test_srun_mode_preempted_twice_stops_at_the_maximum(lab, shared_tmp):
     attempts = check_chain(out, 400, None)
     assert len(attempts) == 2 and attempts[-1]["steps"] < 400, attempts
     assert "requeued 1 times already (job.requeue.max)" in out
+
+
+def test_real_preemption_checkpoints_now_and_resumes(lab, shared_tmp):
+    """A job in the lab's `urgent` partition (PriorityTier 2) needs both nodes: Slurm preempts
+    the requeue job in `batch` (PreemptMode=REQUEUE, GraceTime=60), and with
+    PreemptParameters=send_user_signal it sends the job's own --signal (B:USR2) at once. The
+    trap passes it on, the ranks checkpoint at the next step, the script ends and leaves the
+    requeue to Slurm (one of its own on top made Slurm requeue twice), the urgent job runs,
+    and the job resumes where it stopped and completes."""
+    base = workdir(shared_tmp)
+    job = render(base, "torchrun", ["--steps", "200", "--step-sleep", "0.2",
+                                    "--checkpoint-every", "20"], max_=2)
+    urgent_out = base / "urgent.out"
+    res = run(job, base, "rq-preempted", preemptor=[
+        "-p", "urgent", "-N2", "--exclusive", "--time=1", "-o", str(urgent_out),
+        "--wrap", "echo URGENT_RAN $(hostname)"])
+    out = res["output"]
+    assert res["state"] == "COMPLETED" and res["restarts"] == 1, out
+    assert re.search(r"SIGUSR2 at [\d.]+, passed on to every rank", out), out
+    assert "preempted: Slurm requeues it (PreemptMode=REQUEUE)" in out, out
+    assert not re.search(r"requeued at \d", out), out
+    [stopped] = lines(out, "DDP_STOPPED ")  # saved at the preemption (the first after step 20)
+    assert 20 < stopped["steps"] < 200 and stopped["stopped"], stopped
+    [final] = lines(out, "DDP_SUMMARY ")
+    check_chain(out, 200, final)
+    assert "URGENT_RAN" in urgent_out.read_text()
 
 
 def test_failing_program_is_not_requeued(lab, shared_tmp):

@@ -97,3 +97,39 @@ def test_a_bad_spec_is_one_line_and_submits_nothing(shared_tmp):
     assert p.returncode == 2 and summary == {} and "submitted job" not in p.stdout
     [line] = p.stderr.splitlines()
     assert line.startswith(f"submitit_sum: {spec}: runtime.kind: submitit cannot use pyxis: ")
+
+
+FAILING_TASKS = """
+import sys, time
+from launcher.submitit import executor_for
+ex = executor_for(sys.argv[1], sys.argv[2], python="/bin/false")  # every task fails at once
+job = ex.submit(print, "never runs")
+start = time.monotonic()
+try:
+    job.results()
+except Exception as e:  # submitit's UncompletedJobError, told by sacct that the job failed
+    print(f"RAISED {type(e).__name__} after {time.monotonic() - start:.0f} s: {e}")
+    print(f"STATE {job.state}")
+else:
+    print("NO ERROR")
+"""
+
+
+def test_failed_tasks_end_results_quickly_through_accounting(cluster, shared_tmp):
+    """The lab runs slurmdbd like real sites: submitit learns from sacct that a job whose
+    tasks all failed is FAILED, and job.results() raises instead of waiting (without
+    accounting it waited more than ten minutes for a job that was long gone)."""
+    spec = shared_tmp / "fails.yaml"
+    spec.write_text(yaml.safe_dump({
+        "job": {"nodes": 2, "time": "00:05:00", "partition": "batch"},
+        "site": "jsc", "runtime": "bare",
+        "launch": {"mode": "srun", "procs_per_node": 1}, "program": ["python3"]}))
+    p = subprocess.run([PY, "-c", FAILING_TASKS, str(spec), str(shared_tmp / "%j")],
+                       capture_output=True, text=True, timeout=400, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "NO ERROR" not in p.stdout
+    [raised] = [ln for ln in p.stdout.splitlines() if ln.startswith("RAISED ")]
+    assert "UncompletedJobError" in raised or "FailedJobError" in raised, raised
+    assert "STATE FAILED" in p.stdout, p.stdout
+    seconds = int(raised.split(" after ")[1].split(" s:")[0])
+    assert seconds < 240, raised  # submitit polls sacct every so often; never the 10+ minutes

@@ -141,3 +141,35 @@ def test_refused_requeue_ends_with_how_to_resume(fakes):
     assert "job 4242: scontrol requeue was refused: the checkpoint is saved; resume with: " \
            "sbatch this jobscript" in done.stderr
     assert "requeued at 1" not in done.stdout and ": requeued at" not in done.stdout
+
+
+def test_preemption_that_slurm_requeues_is_left_to_slurm(fakes):
+    """In the grace time of a preemption (PreemptTime set) on a partition with
+    PreemptMode=REQUEUE, Slurm requeues the job when the script ends: the script checkpoints
+    and exits 0 without a requeue of its own (one on top made Slurm requeue twice)."""
+    done = fakes.run(fakes.render(spec()), FAKE_PROGRAM="stop", FAKE_PREEMPTED="REQUEUE",
+                     SLURM_JOB_PARTITION="batch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert requeues(fakes) == []
+    assert "job 4242: preempted: Slurm requeues it (PreemptMode=REQUEUE)" in done.stdout
+    partition = [r["argv"] for r in fakes.records("scontrol") if r["argv"][:2] == ["show", "partition"]]
+    assert partition == [["show", "partition", "batch"]]
+
+
+def test_preemption_without_slurms_requeue_requeues_itself(fakes):
+    done = fakes.run(fakes.render(spec()), FAKE_PROGRAM="stop", FAKE_PREEMPTED="CANCEL",
+                     SLURM_JOB_PARTITION="batch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [r["argv"] for r in requeues(fakes)] == [["requeue", "4242"]]
+    assert "preempted" not in done.stdout
+
+
+def test_preempted_ranks_that_died_are_not_called_a_failure(fakes):
+    """A site that preempts with SIGTERM ends the ranks (exit 143): Slurm still requeues the
+    job, so the script says so instead of "failed: not requeued"."""
+    done = fakes.run(fakes.render(spec()), FAKE_PROGRAM="stop", FAKE_PROGRAM_RC="143",
+                     FAKE_PREEMPTED="REQUEUE", SLURM_JOB_PARTITION="batch")
+    assert done.returncode == 143 and requeues(fakes) == []
+    assert "job 4242: preempted, the program ended with exit 143: Slurm requeues it " \
+           "(PreemptMode=REQUEUE), from the last periodic checkpoint" in done.stdout
+    assert "not requeued" not in done.stderr

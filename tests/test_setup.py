@@ -19,7 +19,7 @@ pytestmark = pytest.mark.ring2
 ROOT = Path(__file__).resolve().parent.parent
 COREUTILS = ["bash", "dirname", "grep", "cat", "rm", "touch", "date", "tail", "mkdir", "cp", "stat",
              "mktemp"]
-APT = ["slurm-wlm", "munge", "shellcheck"]  # a few of setup.sh's list, enough to tell
+APT = ["slurm-wlm", "slurm-client", "munge", "shellcheck"]  # a few of setup.sh's list, enough to tell
 
 
 def stub(path: Path, body: str) -> None:
@@ -63,7 +63,7 @@ class Host:
              'exit 1')
         stub(self.bin / "dpkg-query",
              'for p in $FAKE_MISSING; do [ "$p" = "${!#}" ] && exit 1; done\n'
-             '[ "$2" = "-f=\\${Version}" ] || [ "$3" = "\\${Version}" ] && { printf "22.05.8-4"; exit 0; }\n'
+             '[ "$2" = "-f=\\${Version}" ] || [ "$3" = "\\${Version}" ] && { printf "${FAKE_SLURM:-24.11.5-4}"; exit 0; }\n'
              'printf "install ok installed"')
         stub(self.bin / "apt-get", 'echo "apt-get $*" >>"$RECORD"\n'
              'echo "Reading package lists... (apt noise)"\n'
@@ -118,9 +118,11 @@ def test_plan_on_a_bare_host_names_every_change_and_changes_nothing(host):
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert out.startswith("setup: this will change the host:\n")
-    assert "apt (bookworm): slurm-wlm munge shellcheck" in out
+    assert "apt (bookworm): munge shellcheck" in out
+    assert "apt (trixie): Slurm 24.11: slurm-wlm slurmctld slurmd slurm-client slurmdbd" in out
+    assert "systemd from trixie" in out
     assert "/etc/slurm" in out
-    assert "glibc from Debian trixie: libc6" in out and "Apptainer is packaged only in sid" in out
+    assert "glibc from Debian trixie: libc6" in out and "Apptainer only from sid" in out
     assert "/etc/apt/sources.list.d/torchrun-jsc-trixie-sid.sources" in out
     assert "/etc/apptainer/apptainer.conf" in out
     assert f"{host.venv}: a venv with torch==2.13.0" in out
@@ -133,7 +135,7 @@ def test_nothing_to_install_is_one_line_and_asks_nothing(host):
     p = host.run(tty_input="")  # a terminal, but nothing to confirm
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [
-        f"setup: nothing to install (venv {host.venv}, apptainer version 1.4.5, slurm 22.05.8)"]
+        f"setup: nothing to install (venv {host.venv}, apptainer version 1.4.5, slurm 24.11.5)"]
     assert p.stderr == ""
     assert "apt-get" not in host.installs()  # only the idempotent refresh ran
     assert host.installs().splitlines() == [
@@ -157,25 +159,28 @@ def test_terminal_is_asked_and_no_means_nothing_changes(host):
 
 
 def test_terminal_yes_installs_with_progress_lines_and_apt_output_in_the_log(host):
-    p = host.run(tty_input="y\n", missing=APT)
+    p = host.run(tty_input="y\n", missing=["slurm-wlm", "munge", "shellcheck"])
     assert p.returncode == 0, p.stderr
     steps = [ln for ln in p.stdout.splitlines() if ln.startswith("setup: ") and
              not ln.startswith("setup: this will")]
     assert steps == [
         "setup: apt sources for trixie and sid (pinned low)",
         "setup: apt-get update",
-        "setup: apt-get install (3 packages)",
+        "setup: systemd from trixie (for Slurm 24.11's package scripts)",
+        "setup: Slurm 24.11 from trixie",
+        "setup: apt-get install (2 packages)",
         "setup: glibc from trixie (for sid's apptainer)",
         "setup: apptainer from sid",
         f"setup: venv {host.venv} with torch 2.13 (several minutes)",
         f"setup: launchers into {host.venv} (requirements/launchers.txt)",
-        f"setup: ok (venv {host.venv}, apptainer version 1.4.5, slurm 22.05.8)",
+        f"setup: ok (venv {host.venv}, apptainer version 1.4.5, slurm 24.11.5)",
     ]
     assert "apt noise" not in p.stdout + p.stderr
     assert "apt noise" in (host.repo / "build/logs/setup.log").read_text()
     calls = host.installs()
     assert "apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends " \
-           "slurm-wlm munge shellcheck" in calls
+           "munge shellcheck" in calls
+    assert "-t trixie slurm-wlm slurmctld slurmd slurm-client slurmdbd openmpi-bin" in calls
     assert "-t trixie libc6 libc-bin" in calls and "apptainer/sid" in calls
     assert "pip install -q torch==2.13.0" in calls
     assert "pip install -q --no-build-isolation -c " in calls
@@ -235,3 +240,36 @@ def test_launchers_alone_are_installed_when_their_pins_are_not_met(host):
     calls = host.installs()
     assert "python3 -m venv" not in calls and "apt-get" not in calls
     assert f"-r {host.repo}/requirements/launchers.txt" in calls
+
+
+def test_older_slurm_is_replaced_by_the_current_series(host):
+    host.everything_installed()
+    p = host.run("--plan", FAKE_SLURM="22.05.8-4")
+    assert "apt (trixie): Slurm 24.11: slurm-wlm" in p.stdout
+    assert "(replaces Slurm 22.05.8)" in p.stdout
+    p = host.run(FAKE_SLURM="22.05.8-4")
+    assert p.returncode == 0, p.stderr
+    assert "-t trixie slurm-wlm" in host.installs()
+
+
+def test_lab_slurm_2205_on_a_fresh_machine_comes_from_bookworm(host):
+    host.everything_installed()  # apptainer there: no trixie sources needed for 22.05
+    p = host.run("--yes", missing=["slurm-client", "slurm-wlm"], LAB_SLURM="22.05")
+    assert p.returncode == 0, p.stderr
+    assert "setup: Slurm 22.05 from bookworm" in p.stdout
+    calls = host.installs()
+    assert "--no-install-recommends slurm-wlm slurmctld slurmd slurm-client slurmdbd" in calls
+    assert "-t trixie" not in calls
+    assert not (host.root / "etc/apt/sources.list.d/torchrun-jsc-trixie-sid.sources").exists()
+
+
+def test_lab_slurm_never_downgrades_and_refuses_unknown_series(host):
+    host.everything_installed()
+    p = host.run("--plan", LAB_SLURM="22.05")
+    assert p.returncode == 1 and host.installs() == ""
+    assert p.stderr == ("setup: LAB_SLURM=22.05, but Slurm 24.11.5 is installed: setup never "
+                        "downgrades (use a fresh machine)\n")
+    p = host.run("--plan", LAB_SLURM="23.02")
+    assert p.returncode == 1
+    assert p.stderr == ("setup: LAB_SLURM: expected 24.11 (Debian trixie, the default) or 22.05 "
+                        "(bookworm), got '23.02'\n")

@@ -209,6 +209,14 @@ def scontrol(argv: List[str]) -> int:
                   file=sys.stderr)
             return 1
         return 0
+    if argv[:2] == ["show", "job"] and os.environ.get("FAKE_PREEMPTED"):  # in the grace time
+        print(f"JobId={argv[2]} JobName=t\n   Requeue=1 Restarts=0 BatchFlag=1\n"
+              f"   PreemptEligibleTime=2026-11-25T23:20:59 PreemptTime=2026-11-25T23:21:03\n"
+              f"   Command=/home/u/t.job")
+        return 0
+    if argv[:2] == ["show", "partition"] and os.environ.get("FAKE_PREEMPTED"):
+        print(f"PartitionName={argv[2]}\n   PriorityTier=1 PreemptMode={os.environ['FAKE_PREEMPTED']}")
+        return 0
     if argv[:2] == ["show", "node"]:  # what the kit reads of it
         threads = os.environ.get("FAKE_THREADS_PER_CORE", "1")
         print(f"NodeName={argv[2] if len(argv) > 2 else 'jwb0001'} Arch=x86_64 CoresPerSocket=24\n"
