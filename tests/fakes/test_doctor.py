@@ -1,8 +1,7 @@
-"""Rings 1 and 2: the doctor without Slurm. The spec key, the rendered step (bash -n,
-shellcheck, placement before the launch), the shipped script (it compiles and runs as
-``python3 -c``), each node check on this machine (a port taken, a bind source or image
-missing, a bad socket interface name), the collector (a node without a report, a node that
-resolves the name elsewhere) and the table; the CLI's one-line errors."""
+"""Ring 2: the doctor's node checks on this machine, without Slurm. The shipped script
+runs as ``python3 -c`` and collects from stdin; each node check (a port taken, a bind source
+or image missing, a bad socket interface name, the launcher and torch inside, GPUs, clock
+skew, a foreign program on the port)."""
 
 import json
 import os
@@ -10,8 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-
-import pytest
 
 from launcher.doctor import local, node
 from launcher.doctor.ship import node_script
@@ -30,7 +27,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.ring2
 def test_one_node_passes_here():
     env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1")
     env.pop("GLOO_SOCKET_IFNAME", None)
@@ -46,7 +42,6 @@ def test_one_node_passes_here():
                                            "/sys/class/infiniband: NCCL uses sockets")
 
 
-@pytest.mark.ring2
 def test_port_taken_bind_and_image_missing_bad_ifname(tmp_path):
     port = _free_port()
     bad = tmp_path / "image.sif"
@@ -68,7 +63,6 @@ def test_port_taken_bind_and_image_missing_bad_ifname(tmp_path):
     assert c["iface"]["cause"].startswith("no interface 'ib9' on this node")
 
 
-@pytest.mark.ring2
 def test_inside_checks_launcher_torch_and_gpus():
     conf = _conf(launcher="no-such-launcher-xyz")
     image, inside, gpus, rdma = local.inside([], conf, 10)
@@ -94,7 +88,6 @@ def _rep(name, nodeid, addr, **crosses):
             "seconds": 1.25, "checks": checks}
 
 
-@pytest.mark.ring2
 def test_shipped_script_collects_from_stdin():
     lines = node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1")) + "\n"
     done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
@@ -106,7 +99,6 @@ def test_shipped_script_collects_from_stdin():
     assert done.returncode == 1 and "n2 name: no report" in done.stdout
 
 
-@pytest.mark.ring2
 def test_clock_skew_and_a_foreign_program_on_the_port():
     import threading
 

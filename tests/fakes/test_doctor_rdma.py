@@ -1,9 +1,7 @@
-"""Rings 1 and 2: the doctor's `rdma` column. With RDMA devices on the host
-(/sys/class/infiniband) the container must see /dev/infiniband/uverbs* and load rdma-core's
-verbs library with a provider; otherwise one cross says that NCCL falls back to TCP sockets on
-that node, and what to fix. The sysfs and /dev roots are overridable (TORCHRUN_JSC_SYSFS_IB,
-TORCHRUN_JSC_DEV_IB), so the positive path runs here on a faked device tree; the negative
-path (no devices) runs for real in tests/test_doctor.py::test_one_node_passes_here."""
+"""Ring 2: the doctor's `rdma` column on this machine. The sysfs and /dev roots are
+overridable (TORCHRUN_JSC_SYSFS_IB, TORCHRUN_JSC_DEV_IB), so the positive path runs here on a
+faked device tree; the negative path (no devices) runs for real in
+tests/fakes/test_doctor.py::test_one_node_passes_here."""
 
 from __future__ import annotations
 
@@ -11,8 +9,6 @@ import ctypes
 import json
 import os
 import socket
-
-import pytest
 
 from launcher.doctor import node, report
 
@@ -57,7 +53,6 @@ def _run(tmp_path, monkeypatch, dev_files):
     return node.run_node(_conf(), "127.0.0.1", _free_port(), [], env)
 
 
-@pytest.mark.ring2
 def test_faked_device_tree_passes_with_this_machines_verbs(tmp_path, monkeypatch):
     assert _loads_verbs(), ("this machine has no rdma-core with the mlx5 provider: the positive "
                             "path needs libibverbs1 and ibverbs-providers (make setup installs them)")
@@ -66,7 +61,6 @@ def test_faked_device_tree_passes_with_this_machines_verbs(tmp_path, monkeypatch
     assert rep["checks"]["rdma"]["value"] == "mlx5_0, verbs"
 
 
-@pytest.mark.ring2
 def test_faked_host_devices_without_device_files_is_one_cross_in_the_table(tmp_path,
                                                                            monkeypatch):
     rep = _run(tmp_path, monkeypatch, [])

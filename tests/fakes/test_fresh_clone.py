@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring2
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SKIP = shutil.ignore_patterns(".git", ".venv", "build", "*.sif", "*.sqsh", "__pycache__",
                               "*.egg-info", "bench-results", ".pytest_cache", "logs", "*.out")
 

@@ -1,7 +1,7 @@
 """Ring 2: what Enroot and pyxis containers see, run by bash with the recording fakes.
 
 - pyxis imports the container's environment over the task's except the names given with
-  ``--container-env`` (tests/fakes/fake.py: FAKE_PYXIS_ENV plays Enroot's 50-slurm-pytorch.sh
+  ``--container-env`` (tests/helpers/fake.py: FAKE_PYXIS_ENV plays Enroot's 50-slurm-pytorch.sh
   hook, which writes the plain first hostname as MASTER_ADDR and another MASTER_PORT): the
   kit's rendezvous, socket interface, GPU and cache names keep the kit's values.
 - GPUs requested: NVIDIA_DRIVER_CAPABILITIES is compute,utility unless already chosen.
@@ -23,10 +23,8 @@ from typing import Iterator
 import pytest
 import yaml
 
-from tests.fakes import fake
-from tests.test_fakes import Cluster
-
-pytestmark = pytest.mark.ring2
+from tests.helpers import fake
+from tests.fakes.test_render import Cluster
 
 # What Enroot's 50-slurm-pytorch.sh adds for job 4242 on jwb[0001-0002] (plain hostname,
 # 61000 + 4242 % 4536), plus the image's own ENV (an unset driver capability, an image name).

@@ -1,10 +1,7 @@
-"""Issue 21, a job that hangs explains itself: rendezvous timeouts by node count, the stack
-hook, the per-node collector and the grouped report, the jobscript lines.
-
-Ring 1 (pure) and ring 2 (real local processes, no Slurm): the hook in plain Python processes,
-and 4 real gloo ranks under torch.distributed.run where rank 3 is stuck in its own function
-while the others wait in all_reduce, collected by the very text the jobscript ships.
-"""
+"""Ring 2, issue 21, a job that hangs explains itself (real local processes, no Slurm): the
+stack hook in plain Python processes, and 4 real gloo ranks under torch.distributed.run where
+rank 3 is stuck in its own function while the others wait in all_reduce, collected by the
+very text the jobscript ships."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ import pytest
 
 from launcher import hangs_script, stacks, stacks_hook
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # --- the hook in real processes --------------------------------------------------------------
 
@@ -99,7 +96,8 @@ def test_real_gloo_ranks_one_stuck(hookdir, tmp_path):
     ready.mkdir()
     env = hook_env(hookdir, READY_DIR=str(ready), OMP_NUM_THREADS="1", SLURMD_NODENAME="jwbA")
     p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node", "4", str(REPO / "tests/programs/hang_ranks.py")],
+                          "--nproc_per_node", "4",
+                          str(REPO / "tests/helpers/programs/hang_ranks.py")],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
     try:

@@ -1,8 +1,5 @@
-"""Rings 1 and 2 for launch mode ray: the rendered launch, spec errors, and the node agent
-(launcher/ray_node.py) with a fake `ray` and a fake head port, no Ray and no Slurm.
-
-The real thing (Ray on 2 nodes, bare and Apptainer, failures, scancel) is tests/test_e2e_ray.py.
-"""
+"""Ring 2 for launch mode ray: the node agent (launcher/ray_node.py) with a fake `ray` and a
+fake head port, no Ray and no Slurm; the rendered script under the recording fakes."""
 
 from __future__ import annotations
 
@@ -15,11 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from launcher.modes.ray import RUN_MODULE
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # --- the agent as a worker, with a fake `ray` and a fake head port (ring 2) ---------------
@@ -55,7 +50,6 @@ def wait_for_file(path: Path, proc: subprocess.Popen) -> str:
     return path.read_text()
 
 
-@pytest.mark.ring2
 def test_worker_joins_then_stops_when_the_head_closes(tmp_path):
     head = socket.create_server(("127.0.0.1", 0))
     (tmp_path / "raytmp").mkdir()  # what `ray start` would make
@@ -69,7 +63,6 @@ def test_worker_joins_then_stops_when_the_head_closes(tmp_path):
     assert not (tmp_path / "raytmp").exists()  # the per-job temp dir is removed on success
 
 
-@pytest.mark.ring2
 def test_worker_fails_when_its_ray_dies_under_a_live_head(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as head:
         proc = start_worker(tmp_path, head.getsockname()[1], FAKE_RC="1")
@@ -78,7 +71,6 @@ def test_worker_fails_when_its_ray_dies_under_a_live_head(tmp_path):
     assert "ray_node: Ray on localhost exited with 1 while the head is up" in err
 
 
-@pytest.mark.ring2
 def test_worker_sigterm_stops_ray(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as head:
         proc = start_worker(tmp_path, head.getsockname()[1])
@@ -91,7 +83,6 @@ def test_worker_sigterm_stops_ray(tmp_path):
     assert "stopped by signal 15" in proc.stderr.read()
 
 
-@pytest.mark.ring2
 def test_worker_gives_up_on_a_head_that_never_opens(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -107,11 +98,10 @@ def test_worker_gives_up_on_a_head_that_never_opens(tmp_path):
         f"ray_node: localhost: the Ray head 127.0.0.1:{port} did not open its port within 1 s")
 
 
-@pytest.mark.ring2
 def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
     """bash runs the rendered script with fakes of srun/apptainer/python3 (tests/fakes): one
     agent per node, the head at the first node's inter-node name, the program byte-identical."""
-    from tests.test_fakes import HOSTILE, HOSTILE_NL, Cluster
+    from tests.fakes.test_render import HOSTILE, HOSTILE_NL, Cluster
 
     cluster = Cluster(tmp_path)
     (cluster.dir / "r.sif").write_text("")

@@ -1,9 +1,9 @@
-"""Rings 1 and 2: launch modes accelerate and deepspeed (launcher/modes/accelerate.py,
-deepspeed.py). Rendering and spec errors in Python; then the rendered scripts run by bash
-with recording fakes (tests/fakes/fake.py): hostile program arguments reach the program
-unchanged through srun, the container and the per-node launcher, the per-node rank is each
-node's own (expanded on the node), and the per-job config file / hostfile hold what they
-should, for bare, Apptainer, Enroot and pyxis."""
+"""Ring 2: launch modes accelerate and deepspeed (launcher/modes/accelerate.py,
+deepspeed.py), the rendered scripts run by bash with recording fakes (tests/helpers/fake.py):
+hostile program arguments reach the program unchanged through srun, the container and the
+per-node launcher, the per-node rank is each node's own (expanded on the node), and the
+per-job config file / hostfile hold what they should, for bare, Apptainer, Enroot and pyxis;
+the real accelerate never reads a stale user config."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from typing import Iterator
 import pytest
 import yaml
 
-from tests.fakes import fake
-from tests.test_fakes import HOSTILE, HOSTILE_NL, Cluster, _cleaned
+from tests.helpers import fake
+from tests.fakes.test_render import HOSTILE, HOSTILE_NL, Cluster, _cleaned
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~", "--local_rank=7"]
 
 
@@ -45,7 +45,6 @@ RUNTIMES = {
 }
 
 
-@pytest.mark.ring2
 @pytest.mark.parametrize("runtime", sorted(RUNTIMES))
 @pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
 def test_hostile_args_and_per_node_values(fakes, mode, runtime):
@@ -86,7 +85,6 @@ def test_hostile_args_and_per_node_values(fakes, mode, runtime):
     assert not list(fakes.dir.parent.rglob("pwned*"))
 
 
-@pytest.mark.ring2
 @pytest.mark.parametrize("mode", ["accelerate", "deepspeed"])
 def test_a_failing_node_fails_the_job(fakes, mode):
     (fakes.dir / "img.sif").write_text("")
@@ -95,7 +93,6 @@ def test_a_failing_node_fails_the_job(fakes, mode):
     assert done.returncode == 3, done.stderr
 
 
-@pytest.mark.ring2
 def test_accelerate_isolated_config_and_cpu(tmp_path):
     """The real accelerate (venv), two nodes simulated on this machine by the rendered node
     script, examples/accelerate_gather.py: a user config that accelerate would refuse

@@ -2,7 +2,7 @@
 
 Slurm 23.11 dropped SRUN_CPUS_PER_TASK (CHANGELOG 23.11: "Replace SRUN_CPUS_PER_TASK with
 SLURM_CPUS_PER_TASK"), and a bound task (psslurm, task/affinity) gets only cpus_per_task
-hardware threads, its workers included. The fake srun (tests/fakes/fake.py) honours only the
+hardware threads, its workers included. The fake srun (tests/helpers/fake.py) honours only the
 23.11 contract: --cpus-per-task/-c, else SLURM_CPUS_PER_TASK, else 1; it refuses a step that
 asks for more CPUs per node than the job may use (one per core under --hint=nomultithread or
 --threads-per-core=1), as srun does ("More processors requested than permitted").
@@ -15,10 +15,8 @@ from typing import Dict, List
 
 import pytest
 
-from tests.fakes import fake
-from tests.test_fakes import Cluster, _cleaned
-
-pytestmark = pytest.mark.ring2
+from tests.helpers import fake
+from tests.fakes.test_render import Cluster, _cleaned
 
 # mode -> (launch keys, CPUs per task of the launch step on a 48-CPU node, 4 per node)
 MODES = {
@@ -101,7 +99,7 @@ def test_one_thread_per_core_counts_cores(cluster, mode, how):
 def test_submitit_steps_get_a_share_each(tmp_path, monkeypatch):
     """submitit writes its own srun line (its srun_args are quoted, so a run-time count cannot
     go there): the count travels as SLURM_CPUS_PER_TASK, srun's own input variable."""
-    from tests.test_submitit import BARE, run_submission
+    from tests.fakes.test_submitit import BARE, run_submission
     done, records, _, _ = run_submission(tmp_path, monkeypatch, BARE, python="python3")
     assert done.returncode == 0, done.stderr
     (srun,) = [r for r in records if r["prog"] == "srun"]
@@ -111,7 +109,7 @@ def test_submitit_steps_get_a_share_each(tmp_path, monkeypatch):
 
 
 def test_submitit_one_thread_per_core(tmp_path, monkeypatch):
-    from tests.test_submitit import BARE, run_submission
+    from tests.fakes.test_submitit import BARE, run_submission
     monkeypatch.setenv("SLURM_HINT", "nomultithread")
     monkeypatch.setenv("FAKE_THREADS_PER_CORE", "2")
     done, records, _, _ = run_submission(tmp_path, monkeypatch, BARE, python="python3")

@@ -1,5 +1,5 @@
 """Ring 2: rendered scripts run by bash with recording fakes of srun, scontrol, sbatch,
-apptainer, enroot, mpirun, torchrun_jsc and python3 on PATH (tests/fakes/fake.py).
+apptainer, enroot, mpirun, torchrun_jsc and python3 on PATH (tests/helpers/fake.py).
 
 Proves what reading the text cannot: hostile values reach the program byte-identical, the
 node count comes from the allocation, per-task variables expand in each task, Enroot
@@ -21,11 +21,9 @@ import yaml
 
 from launcher.jobscript import render_jobscript
 from launcher.spec import parse_spec
-from tests.fakes import fake
+from tests.helpers import fake
 
-pytestmark = pytest.mark.ring2
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "sp ace 'sq' \"dq\" ;semi $(touch pwned) `id` \\bs ü日本 $HOME %x"
 HOSTILE_NAME = HOSTILE.replace("\\", "")  # Slurm cannot put a backslash in file names
 HOSTILE_NL = HOSTILE + "\nsecond line"
@@ -425,7 +423,7 @@ def test_srun_gets_the_cpus_of_the_allocation(fakes, mode, allocation, expected)
     done = fakes.run(script, SLURM_JOB_CPUS_PER_NODE=allocation)
     assert done.returncode == 0, done.stderr
     (srun,) = fakes.records("srun")
-    assert srun["cpus"] == int(expected)  # on its command line (tests/test_fakes_cpus.py)
+    assert srun["cpus"] == int(expected)  # on its command line (tests/fakes/test_placement.py)
 
 
 def test_pyxis_container_made_by_the_kit_and_an_unmarked_one_replaced(plain_fakes):

@@ -1,6 +1,6 @@
 """Ring 2: job.requeue's trap and verdict, run by bash with the recording fakes.
 
-The fake program (tests/fakes/fake.py, FAKE_PROGRAM) plays the rank side: 'stop' writes
+The fake program (tests/helpers/fake.py, FAKE_PROGRAM) plays the rank side: 'stop' writes
 $REQUEUE_MARKER at once, 'wait_signal' only after the trap's scancel --signal.
 """
 
@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakes import fake
-from tests.test_fakes import Cluster
-
-pytestmark = pytest.mark.ring2
+from tests.helpers import fake
+from tests.fakes.test_render import Cluster
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Jobs run in the submit directory, where users keep their own modules; `python3 -c`/`python3 -`
 put that directory first on sys.path, so a user's json.py or socket.py would be imported instead
 of the standard library's. The doctor's node half and the pyxis interface step run isolated
-(`python3 -I`); the Ray agent drops the directory itself (tests/test_fakes_values.py).
+(`python3 -I`); the Ray agent drops the directory itself (tests/fakes/test_spec_values.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import pytest
 
 from launcher.doctor.ship import PYTHON_ISOLATED, node_script
 from launcher.ifname import SOCKET_IFNAME_PY
-
-pytestmark = pytest.mark.ring2
 
 SHADOWS = ("json", "socket", "argparse", "os", "subprocess", "ipaddress", "launcher")
 

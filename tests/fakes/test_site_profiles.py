@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_fakes import Cluster
-
-pytestmark = pytest.mark.ring2
+from tests.fakes.test_render import Cluster
 
 JSC = """\
     job: {nodes: 2}

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_fakes import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster
-
-pytestmark = pytest.mark.ring2
+from tests.fakes.test_render import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster
 
 
 @pytest.fixture

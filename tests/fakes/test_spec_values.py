@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_fakes import HOSTILE, HOSTILE_NL, Cluster
-
-pytestmark = pytest.mark.ring2
+from tests.fakes.test_render import HOSTILE, HOSTILE_NL, Cluster
 
 
 @pytest.fixture
@@ -67,7 +65,7 @@ def test_a_launcher_py_in_the_submit_directory_does_not_replace_the_ray_agent(tm
     import subprocess
     import sys
     from launcher.modes.ray import AGENT
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     (tmp_path / "launcher.py").write_text("open('shadowed', 'w'); print('SHADOW')\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
     run = lambda argv: subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env,  # noqa: E731

@@ -1,11 +1,7 @@
-"""launcher.submitit: submitit executors from job specs.
-
-Ring 1: the executor's parameters and python command from a spec (launcher.submitit_plan),
-one-line errors for what submitit cannot run. Ring 2: executor_for with the real submitit
-(pinned in requirements/launchers.txt) writes its sbatch file, and bash runs that file with
-the recording fakes (tests/fakes/fake.py): every task gets its rank, the first node's
-inter-node name and a socket interface before Python starts, inside the container.
-"""
+"""Ring 2: launcher.submitit. executor_for with the real submitit (pinned in
+requirements/launchers.txt) writes its sbatch file, and bash runs that file with the recording
+fakes (tests/helpers/fake.py): every task gets its rank, the first node's inter-node name and
+a socket interface before Python starts, inside the container."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.model import SpecError
-from tests.fakes import fake
+from tests.helpers import fake
 
 
 # --- Ring 2 ---------------------------------------------------------------------------------
@@ -61,7 +57,6 @@ program: [python3, x.py]
 """
 
 
-@pytest.mark.ring2
 def test_every_task_gets_rank_master_and_interface_before_python(tmp_path, monkeypatch):
     done, records, text, folder = run_submission(tmp_path, monkeypatch, BARE, python="python3")
     assert done.returncode == 0, done.stderr
@@ -81,7 +76,6 @@ def test_every_task_gets_rank_master_and_interface_before_python(tmp_path, monke
         assert r["env"]["SRUN_CPUS_PER_TASK"] == "24"
 
 
-@pytest.mark.ring2
 def test_apptainer_tasks_run_python_in_the_image_with_the_folder_bound(tmp_path, monkeypatch):
     spec_text = BARE.replace("site: jsc", "site: jsc\nruntime: {kind: apptainer, "
                                           "image: my img.sif}")
@@ -100,7 +94,6 @@ def test_apptainer_tasks_run_python_in_the_image_with_the_folder_bound(tmp_path,
         ["0", "1", "2", "3"]
 
 
-@pytest.mark.ring2
 def test_enroot_tasks_get_their_ranks_and_submitits_variables_inside(tmp_path, monkeypatch):
     spec_text = BARE.replace("site: jsc", "site: jsc\nruntime: {kind: enroot, image: i.sqsh}")
     done, records, _, folder = run_submission(tmp_path, monkeypatch, spec_text,
@@ -122,7 +115,6 @@ def test_enroot_tasks_get_their_ranks_and_submitits_variables_inside(tmp_path, m
         assert (r["env"]["MASTER_ADDR"], r["env"]["WORLD_SIZE"]) == ("jwb0001i", "4")
 
 
-@pytest.mark.ring2
 def test_a_bad_spec_never_reaches_submitit(tmp_path, monkeypatch):
     from launcher.submitit import executor_for
     (tmp_path / "bad.yaml").write_text("job: {nodes: 0}\nprogram: [x]\n")

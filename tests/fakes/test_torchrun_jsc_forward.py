@@ -1,6 +1,6 @@
-"""torchrun_jsc's signal forwarding (launcher/torchrun_jsc/forward.py) with launcher.requeue:
-a worker signalled while it is still starting (no handler yet) must neither die nor lose the
-request. Real processes and signals, no torch."""
+"""Ring 2: torchrun_jsc's signal forwarding (launcher/torchrun_jsc/forward.py) with
+launcher.requeue: a worker signalled while it is still starting (no handler yet) must neither
+die nor lose the request. Real processes and signals, no torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 AGENT = r'''
 import os, signal, subprocess, sys, time

@@ -1,10 +1,7 @@
-"""`jsc-compose venv` (launcher.venvjob), site.env and the run job's modules check.
-
-Ring 1: validation (one-line errors) and the rendered text. Ring 2: the build script run by
-bash through the CLI and a fake sbatch, with real python3 -m venv and pip (no network: an
-empty or unsatisfiable requirements file and --no-index), a fake `module` command
-(tests/fakes/modulecmd), and the run job's warning with the recording fakes.
-"""
+"""Ring 2: `jsc-compose venv` (launcher.venvjob): the build script run by bash through the
+CLI and a fake sbatch, with real python3 -m venv and pip (no network: an empty or
+unsatisfiable requirements file and --no-index), a fake `module` command
+(tests/helpers/modulecmd), and the run job's warning with the recording fakes."""
 
 from __future__ import annotations
 
@@ -16,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakes import fake
-from tests.test_fakes import Cluster
+from tests.helpers import fake
+from tests.fakes.test_render import Cluster
 
-ROOT = Path(__file__).resolve().parent.parent
-MODULECMD = ROOT / "tests" / "fakes" / "modulecmd"
+ROOT = Path(__file__).resolve().parents[2]
+MODULECMD = ROOT / "tests" / "helpers" / "modulecmd"
 HOSTILE = "v e'n\"v $(touch pwned) `id` ;ü"
 SECRET = "http://user:s3cr3t@proxy.example:3128"
 
@@ -45,7 +42,6 @@ def build_env(tmp_path: Path) -> dict:
             "PIP_NO_INDEX": "1", "LANG": "C.UTF-8"}
 
 
-@pytest.mark.ring2
 @pytest.mark.slow  # builds two venvs
 def test_build_hostile_paths_then_a_failed_rebuild_keeps_the_venv(tmp_path, build_env):
     sub = tmp_path / "sub"
@@ -82,7 +78,6 @@ def test_build_hostile_paths_then_a_failed_rebuild_keeps_the_venv(tmp_path, buil
     assert [p.name for p in (sub / f"{HOSTILE}.builds").iterdir()] == [first.split("/")[1]]
 
 
-@pytest.mark.ring2
 def test_build_refuses_a_venv_it_did_not_make(tmp_path, build_env):
     (tmp_path / ".venv").mkdir()
     (tmp_path / "requirements.txt").write_text("")
@@ -95,7 +90,6 @@ def test_build_refuses_a_venv_it_did_not_make(tmp_path, build_env):
     assert not (tmp_path / ".venv.builds").exists()  # refused before anything was made
 
 
-@pytest.mark.ring2
 def test_cli_venv_errors_are_one_line(tmp_path, build_env):
     (tmp_path / "t.yaml").write_text("job: {nodes: 1}\nsite: {venv: .venv}\nprogram: [x]\n")
     done = _cli(build_env, tmp_path, "t.yaml")
@@ -107,7 +101,6 @@ def test_cli_venv_errors_are_one_line(tmp_path, build_env):
     assert done.returncode == 0 and done.stdout.startswith("#!/bin/bash\n")
 
 
-@pytest.mark.ring2
 @pytest.mark.parametrize("recorded, warned", [
     (None, False), ("Stages/2025\nGCC 13\n", False), ("Stages/2024\nGCC\n", True)])
 def test_run_job_warns_when_the_venv_modules_differ(tmp_path, recorded, warned):
@@ -148,7 +141,6 @@ def make_wheel(where: Path, name: str, version: str) -> Path:
     return path
 
 
-@pytest.mark.ring2
 @pytest.mark.slow  # builds a venv
 def test_wheelhouse_download_on_login_node_then_offline_build(tmp_path, build_env):
     """JSC's compute nodes have no internet: `venv --wheelhouse DIR` downloads on the login node
@@ -182,7 +174,6 @@ def test_wheelhouse_download_on_login_node_then_offline_build(tmp_path, build_en
     assert not list(tmp_path.rglob("pwned"))
 
 
-@pytest.mark.ring2
 def test_wheelhouse_download_failure_is_one_line_and_submits_nothing(tmp_path, build_env):
     (tmp_path / "requirements.txt").write_text("no-such-package-jsc-test==1.0\n")
     (tmp_path / "t.yaml").write_text("job: {nodes: 1}\nsite: {venv: .venv}\nprogram: [x]\n")

@@ -1,7 +1,7 @@
 """Faults on the local cluster for the doctor's ring 3 tests (and the measurements by hand).
 
 Run under an exclusive allocation of both nodes, so no other job shares a node while a
-fault is in place: ``salloc -N2 --exclusive ... python tests/labfaults.py SCENARIO -- CMD``
+fault is in place: ``salloc -N2 --exclusive ... python tests/helpers/labfaults.py SCENARIO -- CMD``
 applies the scenario's faults, runs CMD (the doctor, or a jobscript without preflight),
 restores everything in ``finally`` and prints one line ``labfaults: {json}`` with CMD's exit
 status and wall time. Faults that change the nodes' shared state (a node's /etc/hosts, a

@@ -6,13 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from launcher import __version__
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_check_image_finds_launcher_label():

@@ -14,12 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HOSTILE = "sp ace 'sq' \"dq\" ;semi $(touch pwned-by-jobname) `id` \\bs ü日本 #hash %x"
 HOSTILE_NAME = HOSTILE.replace("\\", "")  # Slurm cannot put a backslash in file names
 RECORD = """\

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
 STATE = Path("/run/torchrun-jsc-cluster")
 LOCK = Path("/run/torchrun-jsc-cluster.lock")

@@ -17,11 +17,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("VENV", REPO / ".venv"))
 JOB_TIMEOUT_S = 240
 

@@ -1,4 +1,4 @@
-"""Ring 3: the doctor on the local cluster, with faults injected (tests/labfaults.py).
+"""Ring 3: the doctor on the local cluster, with faults injected (tests/helpers/labfaults.py).
 
 Each fault must be named in the right cell (node x check) within 10 s. Faults that touch a
 node's shared state (its /etc/hosts, a packet filter) are applied only inside an exclusive
@@ -20,9 +20,7 @@ from typing import Dict, List, Set, Tuple
 import pytest
 import yaml
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PORT = 28431  # outside the derived range 29500-30499 that other jobs use
 IMAGE = REPO / "image.sif"
 
@@ -67,7 +65,7 @@ def _under_allocation(folder: Path, scenario: str, spec: str, salloc: List[str] 
                       doctor: List[str] = ()) -> Tuple[dict, dict, str]:
     """salloc both nodes, apply the faults, run `doctor --json`; (its JSON, labfaults, err)."""
     argv = ["salloc", "-N2", "--exclusive", "-p", "batch", "-t", "5", *salloc, sys.executable,
-            str(REPO / "tests" / "labfaults.py"), scenario, str(PORT), folder.name, "--",
+            str(REPO / "tests/helpers/labfaults.py"), scenario, str(PORT), folder.name, "--",
             sys.executable, "-m", "launcher", "doctor", "--json", *doctor, spec]
     done = subprocess.run(argv, cwd=folder, env=_env(), capture_output=True, text=True,
                           timeout=900, check=False)  # salloc may wait for others' jobs
@@ -145,7 +143,7 @@ def test_preflight_stops_the_job_before_the_launch(cluster, image, shared_tmp: P
     spec["launch"]["preflight"] = True
     spec["runtime"] = {"kind": "apptainer", "image": str(IMAGE), "binds": [f"/tmp/{tag}-bind"]}
     name = _write(shared_tmp, "pre.yaml", spec)
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "helpers"))
     import labfaults  # noqa: E402
 
     with labfaults.only_on("jwb0001", f"{tag}-bind/data", b"x"):

@@ -18,8 +18,6 @@ import pytest
 
 from launcher.doctor.ship import node_script
 
-pytestmark = pytest.mark.ring3
-
 NODES = ("docn1", "docn2")
 ADDR = {"docn1": "10.88.0.1", "docn2": "10.88.0.2"}
 PORT = 28432

@@ -21,9 +21,7 @@ import yaml
 from launcher.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
 PYXIS = Path("/usr/local/lib/slurm/spank_pyxis.so")
 # The tiny program: what it sees, one JSON line per task.

@@ -1,7 +1,7 @@
 """Ring 3: hang reports on the local JSC-like cluster.
 
 A rendered spec (repository venv or image.sif; mode torchrun or srun; 2 nodes x 2) runs
-tests/programs/hang_ranks.py: rank 3 sticks in its own function, ranks 0-2 wait for it in
+tests/helpers/programs/hang_ranks.py: rank 3 sticks in its own function, ranks 0-2 wait for it in
 all_reduce. Checked:
   - `jsc-compose stacks JOBID` from outside the allocation names the odd one out, the job
     still runs afterwards;
@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = str(Path(os.environ.get("VENV", REPO / ".venv")) / "bin" / "python")
 
 SPEC = """\
@@ -88,7 +86,8 @@ def image() -> Path:
 def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mode, where):
     if where == IMAGE_SITE:
         request.getfixturevalue("image")
-    job = render(shared_tmp, "00:05:00", str(REPO / "tests/programs/hang_ranks.py"), mode, where)
+    job = render(shared_tmp, "00:05:00", str(REPO / "tests/helpers/programs/hang_ranks.py"), mode,
+                 where)
     job_id = cluster.submit(str(job), ["-o", str(shared_tmp / "hang-%j.out")], cwd=str(REPO))
     try:
         wait_ready(shared_tmp / "ready", 4)
@@ -108,7 +107,7 @@ def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mod
 
 
 def test_stacks_in_the_log_before_the_time_limit(cluster, shared_tmp):
-    job = render(shared_tmp, "00:02:00", str(REPO / "tests/programs/hang_ranks.py"))
+    job = render(shared_tmp, "00:02:00", str(REPO / "tests/helpers/programs/hang_ranks.py"))
     res = cluster.run_job(str(job), ["-o", str(shared_tmp / "hang-%j.out")], timeout=300,
                           cwd=str(REPO))
     assert res.state == "TIMEOUT", res.output

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 300
 
 

@@ -20,9 +20,7 @@ import pytest
 
 import launcher
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "image.sif"
 SQSH = REPO / "image.sqsh"
 BASE = REPO / "build" / "base-local.sif"

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOROVOD = REPO / "horovod.sif"
 CHECK = "/opt/torchrun-jsc/horovod_check.py"
 

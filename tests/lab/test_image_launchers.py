@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAUNCHERS_SIF = REPO / "launchers.sif"
 IMAGE = REPO / "image.sif"
 BUILD_TIMEOUT = 2400  # cold: base (debootstrap + torch), image.sif, wheelhouse, this layer

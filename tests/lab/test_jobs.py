@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = os.environ.get("VENV", str(REPO / ".venv")) + "/bin/python"
 JOB_TIMEOUT_S = 300
 

@@ -23,11 +23,9 @@ from typing import Dict, List, Optional
 import pytest
 
 from tests.conftest import load_slurmjob
-from tests.test_e2e_jobs import make
+from tests.lab.test_jobs import make
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VENV = os.environ.get("VENV", str(REPO / ".venv"))
 STATE = Path("/run/torchrun-jsc-cluster")
 NODES = ("jwb0001", "jwb0002")
@@ -254,7 +252,7 @@ def test_ray_failing_driver(slurm, shared_tmp):
 def test_ray_killed_raylet(slurm, shared_tmp):
     """A raylet SIGKILLed on the second node ends the job non-zero within seconds."""
     job = write_spec(shared_tmp, "ray_kill",
-                     ["python3", "-u", "tests/programs/ray_kill_raylet.py"])
+                     ["python3", "-u", "tests/helpers/programs/ray_kill_raylet.py"])
     res, gone = run(slurm, job)
     assert res.state == "FAILED", res.output[-3000:]
     # The driver's line, printed just before the kill (the task's own line is forwarded

@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_e2e_jobs import make, run_checked_in
+from tests.lab.test_jobs import make, run_checked_in
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VENV = os.environ.get("VENV", str(REPO / ".venv"))
 TIMEOUT_S = 300
 

@@ -17,12 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PY = os.environ.get("VENV", str(REPO / ".venv")) + "/bin/python"
 EXAMPLE = REPO / "examples" / "submitit_sum.py"
 PREFIX = "SUBMITIT_SUM "

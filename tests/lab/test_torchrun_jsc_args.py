@@ -9,8 +9,6 @@ import pytest
 from launcher.torchrun_jsc import request_from_args
 from launcher.torchrun_jsc.decide import NetFacts, apply, decide
 
-pytestmark = pytest.mark.ring3
-
 PEER = NetFacts(("10.67.0.1",), (), "10.67.0.2", "jwb0002i")
 BASE = ["--rdzv-backend=c10d", "--rdzv-endpoint=jwb0001i:29500", "--nnodes=2"]
 

@@ -8,9 +8,7 @@ import pytest
 
 from launcher.torchrun_jsc import usage
 
-pytestmark = pytest.mark.ring3
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("argv", [

@@ -1,6 +1,6 @@
 """Ring 3: real torch processes over real sockets, two nodes in namespaces (root).
 
-The network is JSC-like (tests/jscnet.py): hostname tjsc0001 is not reachable from the
+The network is JSC-like (tests/helpers/jscnet.py): hostname tjsc0001 is not reachable from the
 other node, tjsc0001i is. Plain torchrun must fail here (the bug is reproduced), and
 torchrun_jsc must pass with and without Slurm variables. Control: when the hostname itself
 is on the shared segment, both pass.
@@ -22,11 +22,9 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 
 from launcher.torchrun_jsc import torch_version
-from tests import jscnet
+from tests.helpers import jscnet
 
-pytestmark = pytest.mark.ring3
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = os.environ.get("TORCHRUN_JSC_TEST_PYTHON") or sys.executable
 PROGRAM = str(ROOT / "tests" / "programs" / "collectives_check.py")
 NODE_TIMEOUT_S = 120

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring3
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN_JSC = [sys.executable, "-m", "launcher.torchrun_jsc"]
 
 
@@ -20,7 +18,8 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("nproc", [1, 3])
 def test_collectives_standalone(nproc):
-    p = run("--standalone", f"--nproc_per_node={nproc}", "tests/programs/collectives_check.py")
+    p = run("--standalone", f"--nproc_per_node={nproc}",
+            "tests/helpers/programs/collectives_check.py")
     assert p.returncode == 0, p.stderr[-3000:]
     want = f"sum={nproc * (nproc + 1) // 2} gather={list(range(nproc))}"
     assert p.stdout.count("COLLECTIVES_OK") == nproc and want in p.stdout
@@ -61,7 +60,7 @@ def test_error_file_names_the_failed_workers_exception(tmp_path):
     cause of the first failed worker."""
     error_file = tmp_path / "error.json"
     p = subprocess.run([*TORCHRUN_JSC, "--standalone", "--nproc_per_node=2",
-                        "tests/programs/failing_worker.py"], cwd=ROOT, capture_output=True,
+                        "tests/helpers/programs/failing_worker.py"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120,
                        env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(error_file)))
     assert p.returncode != 0

@@ -15,12 +15,9 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
 import yaml
 
-pytestmark = pytest.mark.ring3
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODULECMD = REPO / "tests" / "fakes" / "modulecmd"
 PIP = ["--no-index", "--find-links", "/opt/wheels", "--find-links", "/opt/pypi/files"]
 

@@ -9,9 +9,7 @@ import pytest
 
 from launcher.cli import launcher_label, main
 
-pytestmark = pytest.mark.ring1
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOOD = "job: {nodes: 2}\nprogram: [python3, t.py]\n"
 
 BAD_SPECS = {

@@ -11,8 +11,6 @@ import pytest
 
 from tests.conftest import REPO, load_slurmjob
 
-pytestmark = pytest.mark.ring1
-
 sj = load_slurmjob()
 GOOD = {"world_size": 8, "steps": 20, "loss_first": 0.66, "loss_last": 0.22,
         "params_identical": True, "resumed_from_step": 0}

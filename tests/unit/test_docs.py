@@ -21,9 +21,7 @@ from launcher.model import SpecError
 from launcher.torchrun_jsc import usage
 from launcher.yamlread import Reader
 
-pytestmark = pytest.mark.ring1
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = [README] + sorted((ROOT / "docs").rglob("*.md"))
 SPEC_REFERENCE = ROOT / "docs/reference/spec.md"

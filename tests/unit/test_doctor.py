@@ -1,8 +1,7 @@
-"""Rings 1 and 2: the doctor without Slurm. The spec key, the rendered step (bash -n,
-shellcheck, placement before the launch), the shipped script (it compiles and runs as
-``python3 -c``), each node check on this machine (a port taken, a bind source or image
-missing, a bad socket interface name), the collector (a node without a report, a node that
-resolves the name elsewhere) and the table; the CLI's one-line errors."""
+"""Ring 1: the doctor without Slurm. The spec key, the rendered step (bash -n, shellcheck,
+placement before the launch), the shipped script (one standalone program), the collector (a
+node without a report, a node that resolves the name elsewhere) and the table; the CLI's
+one-line errors. The node checks on this machine: tests/fakes/test_doctor.py."""
 
 import json
 import shutil
@@ -19,7 +18,7 @@ from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = """\
 job: {nodes: 2}
 site: jsc
@@ -33,7 +32,6 @@ def spec_of(text: str):
     return parse_spec(textwrap.dedent(text), "t.yaml")
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("value, expected", [
     ("true", (True, False)), ("false", (False, False)), ("{fake_gpus: true}", (True, True)),
 ])
@@ -43,7 +41,6 @@ def test_preflight_key(value, expected):
     assert (pre is not None, bool(pre and pre.fake_gpus)) == expected
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("value, message", [
     ("yes please", "t.yaml: launch.preflight: must be true, false or a mapping {fake_gpus: "
                    "BOOL}, got 'yes please'"),
@@ -57,7 +54,6 @@ def test_preflight_key_errors(value, message):
     assert str(err.value) == message
 
 
-@pytest.mark.ring1
 def test_step_runs_after_setup_and_before_the_launch(tmp_path):
     text = render_jobscript(spec_of(SPEC))
     step = text.index('"${doctor_py}" node')
@@ -79,7 +75,6 @@ def test_step_runs_after_setup_and_before_the_launch(tmp_path):
     assert "doctor" not in plain
 
 
-@pytest.mark.ring1
 def test_doctor_script_ends_after_the_step():
     text = render_jobscript(spec_of(SPEC), doctor=True)
     assert "# Launch:" not in text and "srun --kill-on-bad-exit=1" not in text
@@ -87,7 +82,6 @@ def test_doctor_script_ends_after_the_step():
     assert '"${doctor_py}" json "${doctor_conf}"' in text
 
 
-@pytest.mark.ring1
 def test_config_from_spec():
     conf = node_config(spec_of(SPEC))
     assert conf["binds"] == ["/data"] and conf["image"] == "image.sif"
@@ -96,7 +90,6 @@ def test_config_from_spec():
     assert srun["launcher"] is None and srun["min_torch"] is None
 
 
-@pytest.mark.ring1
 def test_shipped_script_is_one_standalone_program():
     text = node_script()
     compile(text, "doctor", "exec")
@@ -111,7 +104,6 @@ def _rep(name, nodeid, addr, **crosses):
             "seconds": 1.25, "checks": checks}
 
 
-@pytest.mark.ring1
 def test_collect_and_table():
     lines = [node.MARK + json.dumps(_rep("n2", 1, "10.0.0.2", first=("10.0.0.2", "mine"))),
              "noise", node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1"))]
@@ -133,7 +125,6 @@ def test_collect_and_table():
         {("n2", "first"), ("n2", "same"), ("n3", "name")}
 
 
-@pytest.mark.ring1
 def test_cli_errors(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(SPEC)
@@ -146,7 +137,6 @@ def test_cli_errors(tmp_path, capsys, monkeypatch):
         "sbatch options and --nodelist mean nothing here, got '-p x'\n")
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "jobs").glob("*.yaml")))
 def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -163,7 +153,6 @@ def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
     subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
 
 
-@pytest.mark.ring1
 def test_first_node_cell():
     assert node.first_cell(True, "10.0.0.1", ["10.0.0.1"], ["10.0.0.1"])["ok"] is True
     assert node.first_cell(False, "10.0.0.1", ["10.0.0.1"], [])["ok"] is True

@@ -1,9 +1,8 @@
-"""Rings 1 and 2: the doctor's `rdma` column. With RDMA devices on the host
+"""Ring 1: the doctor's `rdma` column. With RDMA devices on the host
 (/sys/class/infiniband) the container must see /dev/infiniband/uverbs* and load rdma-core's
 verbs library with a provider; otherwise one cross says that NCCL falls back to TCP sockets on
-that node, and what to fix. The sysfs and /dev roots are overridable (TORCHRUN_JSC_SYSFS_IB,
-TORCHRUN_JSC_DEV_IB), so the positive path runs here on a faked device tree; the negative
-path (no devices) runs for real in tests/test_doctor.py::test_one_node_passes_here."""
+that node, and what to fix. The cell's verdicts from given facts; the faked device trees on
+this machine: tests/fakes/test_doctor_rdma.py."""
 
 from __future__ import annotations
 
@@ -21,20 +20,17 @@ def _conf(**kw):
     return conf
 
 
-@pytest.mark.ring1
 def test_no_devices_on_the_host_is_no_cross():
     assert local.rdma_cell([], None, _conf())["ok"] is None
     assert local.rdma_cell([], {"ib_dev": None, "verbs": "gone", "providers": []},
                            _conf())["ok"] is None
 
 
-@pytest.mark.ring1
 def test_devices_seen_and_verbs_loaded_pass():
     c = local.rdma_cell(["mlx5_0", "mlx5_1"], OK_FACTS, _conf())
     assert c == node.cell(True, "mlx5_0 mlx5_1, verbs", "providers: efa mlx5")
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("runtime, facts, value, words", [
     ("enroot", dict(OK_FACTS, ib_dev=None), "no /dev/infiniband/uverbs*",
      ["the host has mlx5_0 but the container does not see its device files",
@@ -55,7 +51,6 @@ def test_one_cross_with_the_fallback_and_the_fix(runtime, facts, value, words):
         assert w in c["cause"]
 
 
-@pytest.mark.ring1
 def test_pyxis_cannot_look_inside_before_the_launch():
     na = local.inside([], _conf(runtime="pyxis"), 1, ["mlx5_0"])[3]
     assert na["ok"] is None and na["cause"].startswith("pyxis:")

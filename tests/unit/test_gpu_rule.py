@@ -13,8 +13,7 @@ import pytest
 
 from launcher import gpu
 
-pytestmark = pytest.mark.ring1
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Device(tuple):

@@ -1,10 +1,5 @@
-"""Issue 21, a job that hangs explains itself: rendezvous timeouts by node count, the stack
-hook, the per-node collector and the grouped report, the jobscript lines.
-
-Ring 1 (pure) and ring 2 (real local processes, no Slurm): the hook in plain Python processes,
-and 4 real gloo ranks under torch.distributed.run where rank 3 is stuck in its own function
-while the others wait in all_reduce, collected by the very text the jobscript ships.
-"""
+"""Ring 1, issue 21, a job that hangs explains itself: rendezvous timeouts by node count,
+the grouped report, the jobscript lines, `jsc-compose stacks`."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from launcher.modes import plan_launch
 from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
 from launcher.shell import Var, word
 from launcher.spec import load_spec
-from tests.test_render import spec_of
+from tests.unit.test_render import spec_of
 
 BASE = "job: {nodes: 2}\nsite: jsc\nprogram: [python3, t.py]\n"
 

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring1
-
-PATH = Path(__file__).resolve().parents[1] / "containers" / "files" / "horovod_check.py"
+PATH = Path(__file__).resolve().parents[2] / "containers" / "files" / "horovod_check.py"
 _spec = importlib.util.spec_from_file_location("horovod_check", PATH)
 check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(check)

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring1
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFS = sorted((REPO / "containers").glob("*.def"))
 SCRIPT = REPO / "scripts" / "build-image.sh"
 

@@ -9,13 +9,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.unit.test_image_defs import sections, script_args
 
-from tests.test_image_defs import sections, script_args
-
-pytestmark = pytest.mark.ring1
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEF = (REPO / "containers" / "launchers.def").read_text()
 SCRIPT = (REPO / "scripts" / "build-image.sh").read_text()
 LAUNCHERS = ("accelerate", "deepspeed", "ray", "submitit")

@@ -7,11 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.ring1
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements/launchers.txt"
 CHECK = ROOT / "scripts/check-pins.py"
 LAUNCHERS = {"accelerate", "deepspeed", "ray", "submitit"}

@@ -1,8 +1,8 @@
-"""Rings 1 and 2 for launch mode ray: the rendered launch, spec errors, and the node agent
-(launcher/ray_node.py) with a fake `ray` and a fake head port, no Ray and no Slurm.
+"""Ring 1 for launch mode ray: the rendered launch, spec errors, the node agent's argv,
+environment and errors (launcher/ray_node.py), no Ray and no Slurm.
 
-The real thing (Ray on 2 nodes, bare and Apptainer, failures, scancel) is tests/test_e2e_ray.py.
-"""
+The agent with a fake `ray`: tests/fakes/test_mode_ray.py; the real thing (Ray on 2 nodes,
+bare and Apptainer, failures, scancel): tests/lab/test_mode_ray.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ def spec(launch: str, runtime: str = "") -> object:
     return parse_spec(BASE + runtime + f"launch: {{mode: ray, {launch}}}\n", "x.yaml")
 
 
-@pytest.mark.ring1
 def test_launch_line_bare():
     _, plan = plan_launch(spec("procs_per_node: 2, object_store_memory: 100000000"))
     assert join(plan.launch, width=10000) == (
@@ -41,7 +40,6 @@ def test_launch_line_bare():
     assert plan.tasks_per_node == 1 and plan.rendezvous and not plan.master_env
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("runtime, inside", [
     ("runtime: {kind: apptainer, image: r.sif}\n", "apptainer exec --bind"),
     ("runtime: {kind: enroot, image: r.sqsh}\n", "enroot-start"),
@@ -55,7 +53,6 @@ def test_every_runtime_runs_the_agent_inside(runtime, inside):
     assert launch.index(inside) < launch.index("launcher.ray_node")
 
 
-@pytest.mark.ring1
 def test_generic_site_has_no_suffix_and_preview_names_roles():
     s = parse_spec("job: {nodes: 2}\nprogram: [d.py]\nlaunch: {mode: ray}\n", "x.yaml")
     _, plan = plan_launch(s)
@@ -67,7 +64,6 @@ def test_generic_site_has_no_suffix_and_preview_names_roles():
     assert "per node (Ray worker, joins the head):" in text
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("launch, message", [
     ("object_store_memory: 1000", "x.yaml: launch.object_store_memory: must be between "
      "78643200 and 1125899906842624, got 1000"),
@@ -79,7 +75,6 @@ def test_spec_errors(launch, message):
     assert str(e.value) == message
 
 
-@pytest.mark.ring1
 def test_requeue_is_refused():
     with pytest.raises(SpecError) as e:
         plan_launch(parse_spec("job: {nodes: 2, time: '10:00', requeue: {}}\nprogram: [d.py]\n"
@@ -88,7 +83,6 @@ def test_requeue_is_refused():
                                    "Ray's daemons) does not survive the checkpoint signal")
 
 
-@pytest.mark.ring1
 def test_ray_keys_mean_nothing_elsewhere():
     with pytest.raises(SpecError) as e:
         parse_spec(BASE + "launch: {mode: torchrun, object_store_memory: 100000000}\n",
@@ -104,7 +98,6 @@ def opts(*extra: str) -> ray_node.Options:
     return ray_node.parse_args(["--head=jwb0001i:29501", "--suffix=i", *extra, "--", "p", "-x"])
 
 
-@pytest.mark.ring1
 def test_ray_start_argv_head_and_worker():
     o = opts("--object-store-memory=100000000")
     head = ray_node.Node("jwb0001", 0, "7", ("jwb0001", "jwb0002"), "10.66.0.1", "jwb0001i", 2, 4)
@@ -119,7 +112,6 @@ def test_ray_start_argv_head_and_worker():
     assert o.program == ("p", "-x")
 
 
-@pytest.mark.ring1
 def test_env_user_values_win():
     node = ray_node.Node("jwb0002", 1, "7", (), "10.66.0.2", "jwb0002i")
     env = ray_node.ray_env({"NCCL_SOCKET_IFNAME": "ib", "PATH": "/bin"},
@@ -134,7 +126,6 @@ def test_env_user_values_win():
         == "token"
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("argv, message", [
     (["--head=jwb0001i", "--", "p"], "--head: expected HOST:PORT, got 'jwb0001i'"),
     (["--head=h:0", "--", "p"], "--head: expected HOST:PORT, got 'h:0'"),
@@ -149,14 +140,12 @@ def test_agent_bad_input(argv, message):
     assert str(e.value) == message
 
 
-@pytest.mark.ring1
 def test_join_error_names_the_missing_nodes():
     missing = ray_node.missing_nodes(("jwb0001", "jwb0002", "jwb0003"), ["jwb0001", "jwb0003"])
     assert ray_node.join_error(Endpoint("jwb0001i", 29501), 60, missing, 3) == (
         "ray_node: 1 of 3 nodes did not join the Ray head at jwb0001i:29501 within 60 s: jwb0002")
 
 
-@pytest.mark.ring1
 def test_node_from_env_and_allocation():
     node = ray_node.node_from_env({"SLURMD_NODENAME": "jwb0002", "SLURM_NODEID": "1",
                                    "SLURM_JOB_ID": "9", "SLURM_STEP_NODELIST": "jwb[0001-0002]"})
@@ -168,7 +157,6 @@ def test_node_from_env_and_allocation():
     assert ray_node.allocation({})[1] == 0
 
 
-@pytest.mark.ring1
 def test_session_members_from_proc(tmp_path):
     for pid, session in (("10", "10"), ("11", "10"), ("12", "99")):
         (tmp_path / pid).mkdir()
@@ -182,14 +170,13 @@ def test_session_members_from_proc(tmp_path):
 def load_example(name: str):
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # imports nothing but the standard library at load
     return module
 
 
-@pytest.mark.ring1
 def test_ray_train_sum_sizes_the_trainer_from_the_cluster():
     """examples/ray_train_sum.py: procs_per_node per alive node, else one worker per CPU;
     GPUs only when every node has them."""

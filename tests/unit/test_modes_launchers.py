@@ -1,9 +1,5 @@
-"""Rings 1 and 2: launch modes accelerate and deepspeed (launcher/modes/accelerate.py,
-deepspeed.py). Rendering and spec errors in Python; then the rendered scripts run by bash
-with recording fakes (tests/fakes/fake.py): hostile program arguments reach the program
-unchanged through srun, the container and the per-node launcher, the per-node rank is each
-node's own (expanded on the node), and the per-job config file / hostfile hold what they
-should, for bare, Apptainer, Enroot and pyxis."""
+"""Ring 1: launch modes accelerate and deepspeed (launcher/modes/accelerate.py,
+deepspeed.py): argv, per-node rank in the preview, spec errors, requeue refused."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ from launcher.model import SpecError
 from launcher.modes import mode_for, plan_launch
 from launcher.preview import render_preview
 from launcher.spec import load_spec, parse_spec
-from tests.test_fakes import HOSTILE, HOSTILE_NL
+from tests.fakes.test_render import HOSTILE, HOSTILE_NL
 
 PROGRAM = ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~", "--local_rank=7"]
 

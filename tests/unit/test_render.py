@@ -17,11 +17,9 @@ from launcher.preview import expand_nodelist, render_preview
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
 from launcher.model import SpecError
 from launcher.spec import load_spec, parse_spec
-from tests.fakes.fake import parse_sbatch_lines
+from tests.helpers.fake import parse_sbatch_lines
 
-pytestmark = pytest.mark.ring1
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted(p.name for p in (ROOT / "jobs").glob("*.yaml"))
 REQUIRED = {"ddp_container", "ddp_enroot", "ddp_venv", "horovod_container"}
 

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ring1
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 1 << 20  # 1 MiB: the largest source here is well under 100 KiB
 
 

@@ -19,9 +19,7 @@ from launcher.shell import quote
 from launcher.model import JSC_ENV_DEFAULTS, SITE_PROFILES
 from launcher.spec import parse_spec
 from launcher.spec_site import site_warnings
-from tests.test_spec_traps import error, parse
-
-pytestmark = pytest.mark.ring1
+from tests.unit.test_spec_traps import error, parse
 
 ONE = "job: {nodes: 1, gpus_per_node: 4}\nprogram: [x]\n"
 HVD = "launch: {mode: horovod}\n"

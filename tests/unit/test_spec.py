@@ -7,8 +7,6 @@ import pytest
 from launcher.model import SITE_PROFILES, Bind, SpecError
 from launcher.spec import load_spec, parse_spec
 
-pytestmark = pytest.mark.ring1
-
 BASE = """\
 job:
   nodes: 2

@@ -14,8 +14,6 @@ from launcher.shell import PathExport, Var, word
 from launcher.model import SpecError
 from launcher.spec import parse_spec
 
-pytestmark = pytest.mark.ring1
-
 ONE = "job: {nodes: 1}\nprogram: [x]\n"
 
 

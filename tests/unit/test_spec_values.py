@@ -11,9 +11,7 @@ from launcher.submitit import submitit_plan
 from launcher.venvjob import render_venv_job
 from launcher.cli import main
 from launcher.submit import submit_warnings
-from tests.test_spec_traps import error, parse
-
-pytestmark = pytest.mark.ring1
+from tests.unit.test_spec_traps import error, parse
 
 ONE = "job: {nodes: 1}\nprogram: [x]\n"
 

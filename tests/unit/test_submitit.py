@@ -1,11 +1,6 @@
-"""launcher.submitit: submitit executors from job specs.
-
-Ring 1: the executor's parameters and python command from a spec (launcher.submitit_plan),
-one-line errors for what submitit cannot run. Ring 2: executor_for with the real submitit
-(pinned in requirements/launchers.txt) writes its sbatch file, and bash runs that file with
-the recording fakes (tests/fakes/fake.py): every task gets its rank, the first node's
-inter-node name and a socket interface before Python starts, inside the container.
-"""
+"""Ring 1: launcher.submitit, submitit executors from job specs: the executor's parameters
+and python command from a spec (launcher.submitit_plan), one-line errors for what submitit
+cannot run."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ from launcher.model import SpecError
 from launcher.spec import parse_spec
 from launcher.submitit import TASK_ENV, minutes, submitit_plan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FOLDER = "/shared/sub mit/%j"
 
 
@@ -34,7 +29,6 @@ def spec(runtime: str = "runtime: bare", job: str = "", site: str = "site: jsc")
 
 # --- Ring 1 ---------------------------------------------------------------------------------
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("text,expected", [
     ("30", 30), ("0:5", 1), ("10:30", 11), ("00:10:00", 10), ("1:00:01", 61), ("1-2", 1560),
     ("1-02:30", 1590), ("1-00:00:01", 1441)])
@@ -42,7 +36,6 @@ def test_slurm_times_become_whole_minutes_rounded_up(text, expected):
     assert minutes(text) == expected
 
 
-@pytest.mark.ring1
 def test_parameters_come_from_the_job_and_launch_sections():
     s = spec(job="  account: proj1\n  cpus_per_task: 3\n  gpus_per_node: 4\n"
                  "  sbatch: {mem: 10G, reservation: r 1, hint: true}")
@@ -54,7 +47,6 @@ def test_parameters_come_from_the_job_and_launch_sections():
         "additional_parameters": {"mem": "10G", "reservation": "r 1", "hint": True}}
 
 
-@pytest.mark.ring1
 def test_whole_nodes_by_default_and_no_time_when_the_spec_has_none():
     s = parse_spec("job: {nodes: 3}\nprogram: [x]\n", "t.yaml")
     p = submitit_plan(s, FOLDER).parameters
@@ -62,7 +54,6 @@ def test_whole_nodes_by_default_and_no_time_when_the_spec_has_none():
     assert "time" not in p and "partition" not in p and p["job_name"] == "t"
 
 
-@pytest.mark.ring1
 def test_bare_runs_this_python_or_the_venvs_or_the_one_given():
     assert submitit_plan(spec(), FOLDER).python == \
         f'bash -c "$submitit_task_env" submitit-task {shlex.quote(sys.executable)}'
@@ -73,7 +64,6 @@ def test_bare_runs_this_python_or_the_venvs_or_the_one_given():
     assert "source .venv/bin/activate" in venv.setup
 
 
-@pytest.mark.ring1
 def test_python_is_only_for_bare_without_venv():
     with pytest.raises(ValueError) as err:
         submitit_plan(spec("runtime: {kind: apptainer, image: i.sif}"), FOLDER, python="/p")
@@ -81,7 +71,6 @@ def test_python_is_only_for_bare_without_venv():
                               "python3 from the apptainer image")
 
 
-@pytest.mark.ring1
 def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
     rt = "runtime: {kind: apptainer, image: my img.sif, binds: [/data]}"
     plain = submitit_plan(spec(rt), FOLDER).python
@@ -92,7 +81,6 @@ def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
     assert "--bind /f/x:/f/x " in submitit_plan(spec(rt), "/f/x").python  # no %j: the folder
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("site,addr", [("site: jsc", 'export MASTER_ADDR="${first_node}i"'),
                                        ("site: generic", 'export MASTER_ADDR="${first_node}"')])
 def test_master_is_the_first_nodes_inter_node_name(site, addr):
@@ -102,7 +90,6 @@ def test_master_is_the_first_nodes_inter_node_name(site, addr):
     assert "export MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))" in setup
 
 
-@pytest.mark.ring1
 def test_port_site_and_env_sections_reach_the_setup():
     s = parse_spec(textwrap.dedent("""\
         job: {nodes: 2}
@@ -119,7 +106,6 @@ def test_port_site_and_env_sections_reach_the_setup():
     assert setup[-1] == "submitit_task_env=" + shlex.quote(TASK_ENV)
 
 
-@pytest.mark.ring1
 def test_pyxis_is_refused_in_one_line_saying_why():
     with pytest.raises(SpecError) as err:
         submitit_plan(spec("runtime: {kind: pyxis, image: i.sqsh}"), FOLDER)
@@ -130,7 +116,6 @@ def test_pyxis_is_refused_in_one_line_saying_why():
     assert "\n" not in text and text.endswith(", got 'pyxis'")
 
 
-@pytest.mark.ring1
 def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
     plan = submitit_plan(spec("runtime: {kind: enroot, image: i.sqsh}"), "/f/%j")
     assert plan.python == ('bash -c "$submitit_task_env" submitit-task bash -c "${enroot_start}" '
@@ -145,14 +130,12 @@ def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
     assert "|SUBMITIT_*|" in setup
 
 
-@pytest.mark.ring1
 def test_requeue_is_submitits_own():
     s = spec(job="  requeue: {before: 60}")
     with pytest.raises(SpecError, match=r"^s\.yaml: job\.requeue: submitit requeues by itself"):
         submitit_plan(s, FOLDER)
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("folder,message", [
     ("rel/%j", "submitit folder must be an absolute path, got 'rel/%j'"),
     ("/a:b/%j", "apptainer cannot bind the submitit folder '/a:b' (it contains ':'): "
@@ -167,7 +150,6 @@ def test_bad_folders_are_one_line(folder, message):
     assert str(err.value) == message
 
 
-@pytest.mark.ring1
 def test_the_checked_in_spec_is_the_apptainer_launchers_image():
     from launcher.spec import load_spec
     s = load_spec(str(ROOT / "jobs/sum_submitit.yaml"))

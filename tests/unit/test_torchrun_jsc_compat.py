@@ -14,8 +14,6 @@ import pytest
 
 from launcher.torchrun_jsc import compat
 
-pytestmark = pytest.mark.ring1
-
 API = "torch.distributed.elastic.rendezvous.api"
 
 

@@ -7,8 +7,6 @@ import pytest
 from launcher.torchrun_jsc.decide import (
     Endpoint, LaunchError, NetFacts, Request, apply, decide, describe, parse_endpoint)
 
-pytestmark = pytest.mark.ring1
-
 EP = "jwb0001i:29400"
 HOST_NET = NetFacts(("10.67.0.1",), ("10.67.0.1",), "10.67.0.1", "jwb0001i")
 PEER_NET = NetFacts(("10.67.0.1",), (), "10.67.0.2", "jwb0002i")

@@ -18,8 +18,6 @@ from launcher.torchrun_jsc.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, LaunchEr
                                              resolve_timeout)
 from launcher.torchrun_jsc.decide import Endpoint
 
-pytestmark = pytest.mark.ring1
-
 EP = Endpoint("node0", 29400)
 
 

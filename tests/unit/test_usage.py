@@ -13,9 +13,7 @@ import pytest
 
 from launcher.torchrun_jsc import usage
 
-pytestmark = pytest.mark.ring1
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NO_TORCH = "import sys; sys.modules['torch'] = None; "
 
 

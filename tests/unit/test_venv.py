@@ -1,10 +1,5 @@
-"""`jsc-compose venv` (launcher.venvjob), site.env and the run job's modules check.
-
-Ring 1: validation (one-line errors) and the rendered text. Ring 2: the build script run by
-bash through the CLI and a fake sbatch, with real python3 -m venv and pip (no network: an
-empty or unsatisfiable requirements file and --no-index), a fake `module` command
-(tests/fakes/modulecmd), and the run job's warning with the recording fakes.
-"""
+"""Ring 1: `jsc-compose venv` (launcher.venvjob), site.env and the run job's modules check:
+validation (one-line errors) and the rendered text."""
 
 from __future__ import annotations
 
@@ -23,7 +18,6 @@ def spec(site: str, env: str = "{}", name: str = "t.yaml"):
                       f"site: {site}\nenv: {env}\nprogram: [python3, t.py]\n", name)
 
 
-@pytest.mark.ring1
 @pytest.mark.parametrize("site, env, message", [
     ("{env: {NCCL_IB_GID_INDEX: $3}}", "{}", "t.yaml: site.env.NCCL_IB_GID_INDEX: values are "
      "exported literally and '$' is never expanded"),
@@ -46,7 +40,6 @@ def test_site_keys_are_validated_in_one_line(site, env, message):
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
-@pytest.mark.ring1
 def test_site_env_is_exported_and_reaches_enroot_by_name():
     s = spec("{profile: jsc, env: {NCCL_IB_GID_INDEX: '3'}}")
     assert "\nexport NCCL_IB_GID_INDEX=3\n" in render_jobscript(s)
@@ -57,7 +50,6 @@ def test_site_env_is_exported_and_reaches_enroot_by_name():
     assert names and "NCCL_IB_GID_INDEX" in names.group(1).split("|")
 
 
-@pytest.mark.ring1
 def test_build_script_purges_loads_and_swaps_last():
     s = spec("{venv: envs/py, modules: [Stages/2025, 'GCC 13'], venv_build: {pip_options: "
              "[--no-index], horovod: {nccl_home: /p/nccl}}}", name="jobs/t.yaml")
