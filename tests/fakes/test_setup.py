@@ -29,7 +29,7 @@ def stub(path: Path, body: str) -> None:
 # `python -c 'import torch, yaml, pytest'` succeeds; scripts/check-pins.py finds the launchers'
 # pins unless FAKE_PINS_MISSING is set.
 VENV_PYTHON = ('case "$1" in */check-pins.py) [ -z "${FAKE_PINS_MISSING:-}" ] ;; *) exit 0 ;; esac')
-VENV_PIP = 'echo "pip $*" >>"$RECORD"'
+VENV_PIP = 'echo "${DS_BUILD_OPS+DS_BUILD_OPS=$DS_BUILD_OPS }pip $*" >>"$RECORD"'
 
 
 class Host:
@@ -232,4 +232,6 @@ def test_launchers_alone_are_installed_when_their_pins_are_not_met(host):
         f"setup: launchers into {host.venv} (requirements/launchers.txt)"]
     calls = host.installs()
     assert "python3 -m venv" not in calls and "apt-get" not in calls
+    # DeepSpeed's sdist as pure Python, with torch held by the constraints file.
+    assert "DS_BUILD_OPS=0 pip install -q --no-build-isolation -c " in calls
     assert f"-r {host.repo}/requirements/launchers.txt" in calls

@@ -15,7 +15,6 @@ from launcher.modes import MODES, LaunchMode, Plan, Step, plan_launch
 from launcher.modes.common import srun_argv
 from launcher.preview import render_preview
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Var
 from launcher.spec import parse_spec
 
 
@@ -71,8 +70,11 @@ def test_a_plan_has_one_foreground_step():
 
 
 def test_every_mode_is_one_unit():
+    """Each registered mode is chosen by its name in a spec and renders a job with its own
+    launch comment; the keys it claims are its own, each with what it is."""
     for name, mode in MODES.items():
-        assert mode.name == name and mode.comment.__func__ is not LaunchMode.comment
+        spec = parse_spec(f"job: {{nodes: 2}}\nlaunch: {{mode: {name}}}\nprogram: [p]", "x.yaml")
+        assert f"\n# Launch: {mode.comment(spec)}.\n" in render_jobscript(spec), name
         for key, why in mode.keys.items():
             assert why and key not in ("mode", "procs_per_node", "rdzv_port")
 
@@ -81,8 +83,3 @@ def test_a_key_of_several_modes_names_them_all():
     with pytest.raises(SpecError) as err:
         parse_spec("job: {nodes: 1}\nlaunch: {mode: srun, command: x}\nprogram: [p]", "x.yaml")
     assert "modes torchrun" in str(err.value) and "mpirun_torchrun" in str(err.value)
-
-
-def test_step_tokens_stay_tokens():
-    step = Step("c", ("srun",), (Var("x"), "y"))
-    assert step.argv == ("srun", Var("x"), "y")
