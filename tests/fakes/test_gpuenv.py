@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.helpers import fake
-from tests.fakes.test_render import Cluster
+from tests.helpers.cluster import Cluster
 
 # What Enroot's 50-slurm-pytorch.sh adds for job 4242 on jwb[0001-0002] (plain hostname,
 # 61000 + 4242 % 4536), plus the image's own ENV (an unset driver capability, an image name).

@@ -101,7 +101,7 @@ def test_worker_gives_up_on_a_head_that_never_opens(tmp_path):
 def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
     """bash runs the rendered script with fakes of srun/apptainer/python3 (tests/fakes): one
     agent per node, the head at the first node's inter-node name, the program byte-identical."""
-    from tests.fakes.test_render import HOSTILE, HOSTILE_NL, Cluster
+    from tests.helpers.cluster import HOSTILE, HOSTILE_NL, Cluster
 
     cluster = Cluster(tmp_path)
     (cluster.dir / "r.sif").write_text("")

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.helpers import fake
-from tests.fakes.test_render import HOSTILE, HOSTILE_NL, Cluster, _cleaned
+from tests.helpers.cluster import HOSTILE, HOSTILE_NL, Cluster, cleaned
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~", "--local_rank=7"]
@@ -34,7 +34,7 @@ def spec_text(mode: str, runtime: dict, **launch: object) -> str:
 
 @pytest.fixture
 def fakes(tmp_path: Path) -> Iterator[Cluster]:
-    yield from _cleaned(Cluster(tmp_path, "submit_dir"))
+    yield from cleaned(Cluster(tmp_path, "submit_dir"))
 
 
 RUNTIMES = {

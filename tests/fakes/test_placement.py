@@ -16,7 +16,7 @@ from typing import Dict, List
 import pytest
 
 from tests.helpers import fake
-from tests.fakes.test_render import Cluster, _cleaned
+from tests.helpers.cluster import Cluster, cleaned
 
 # mode -> (launch keys, CPUs per task of the launch step on a 48-CPU node, 4 per node)
 MODES = {
@@ -33,7 +33,7 @@ MODES = {
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    yield from _cleaned(Cluster(tmp_path, "submit_dir"))
+    yield from cleaned(Cluster(tmp_path, "submit_dir"))
 
 
 def spec_text(launch: str, sbatch: str = "") -> str:

@@ -7,7 +7,6 @@ containers are created once and reused, and a failing task fails the job.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,61 +20,20 @@ import yaml
 
 from launcher.jobscript import render_jobscript
 from launcher.spec import parse_spec
-from tests.helpers import fake
+from tests.helpers.cluster import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster, cleaned
 
 ROOT = Path(__file__).resolve().parents[2]
-HOSTILE = "sp ace 'sq' \"dq\" ;semi $(touch pwned) `id` \\bs ü日本 $HOME %x"
-HOSTILE_NAME = HOSTILE.replace("\\", "")  # Slurm cannot put a backslash in file names
-HOSTILE_NL = HOSTILE + "\nsecond line"
-
-
-class Cluster:
-    """A temp submit dir with fakes on PATH; runs scripts as a Slurm batch step would."""
-
-    def __init__(self, tmp: Path, name: str = "submit dir ü") -> None:
-        self.dir = tmp / name
-        self.dir.mkdir()
-        self.log = tmp / "log"
-        self.env = dict(os.environ, **fake.install(tmp / "bin", self.log))
-        for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "NCCL_DEBUG",
-                    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-            self.env.pop(key, None)
-
-    def run(self, script: Path, nodes: int = 2, **extra: str) -> subprocess.CompletedProcess:
-        env = dict(self.env, SLURM_JOB_ID="4242", SLURM_JOB_NAME=script.stem,
-                   SLURM_JOB_NUM_NODES=str(nodes),
-                   SLURM_JOB_NODELIST=f"jwb[0001-{nodes:04d}]",
-                   SLURM_JOB_CPUS_PER_NODE=f"48(x{nodes})")
-        env.update(extra)
-        return subprocess.run(["bash", str(script)], cwd=self.dir, env=env, capture_output=True,
-                              text=True, timeout=60, check=False)
-
-    def records(self, prog: str = "") -> List[dict]:
-        return fake.records(self.log, prog)
-
-    def render(self, text: str, name: str = "t.yaml") -> Path:
-        spec = parse_spec(textwrap.dedent(text), name)
-        script = self.dir / name.replace(".yaml", ".job")
-        script.write_text(render_jobscript(spec), encoding="utf-8")
-        return script
 
 
 @pytest.fixture
 def fakes(tmp_path: Path) -> Iterator[Cluster]:
-    yield from _cleaned(Cluster(tmp_path))
+    yield from cleaned(Cluster(tmp_path))
 
 
 @pytest.fixture
 def plain_fakes(tmp_path: Path) -> Iterator[Cluster]:
     """Enroot and pyxis mounts cannot express whitespace: a submit dir without it."""
-    yield from _cleaned(Cluster(tmp_path, "submit_dir"))
-
-
-def _cleaned(cluster: Cluster) -> Iterator[Cluster]:
-    """The cluster, then its per-user Enroot data paths (node-local /tmp, as in the jobs) go."""
-    yield cluster
-    for path in fake.enroot_paths(cluster.env):
-        shutil.rmtree(path, ignore_errors=True)
+    yield from cleaned(Cluster(tmp_path, "submit_dir"))
 
 
 def job(name: str) -> Path:

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers import fake
-from tests.fakes.test_render import Cluster
+from tests.helpers.cluster import Cluster
 
 
 @pytest.fixture

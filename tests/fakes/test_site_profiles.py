@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.test_render import Cluster
+from tests.helpers.cluster import Cluster
 
 JSC = """\
     job: {nodes: 2}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakes.test_render import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster
+from tests.helpers.cluster import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster
 
 
 @pytest.fixture

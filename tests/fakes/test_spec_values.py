@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fakes.test_render import HOSTILE, HOSTILE_NL, Cluster
+from tests.helpers.cluster import HOSTILE, HOSTILE_NL, Cluster
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.helpers import fake
-from tests.fakes.test_render import Cluster
+from tests.helpers.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULECMD = ROOT / "tests" / "helpers" / "modulecmd"

@@ -14,7 +14,7 @@ from launcher.model import SpecError
 from launcher.modes import mode_for, plan_launch
 from launcher.preview import render_preview
 from launcher.spec import load_spec, parse_spec
-from tests.fakes.test_render import HOSTILE, HOSTILE_NL
+from tests.helpers.cluster import HOSTILE, HOSTILE_NL
 
 PROGRAM = ["python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*", "~", "--local_rank=7"]
 
