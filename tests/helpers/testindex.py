@@ -1,5 +1,5 @@
 """docs/development/tests.md, generated: every test file by ring (its folder) with the first
-paragraph of its docstring. `make test-index` rewrites the page; tests/unit/test_layout.py
+paragraph of its docstring. `make test-index` rewrites the page; tests/unit/test_tests_layout.py
 fails while it differs from what this renders."""
 
 from __future__ import annotations
