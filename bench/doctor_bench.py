@@ -5,8 +5,8 @@ faults it names cost a job without it.
   job's start -> every rank past its first all_reduce) with and without
   `launch.preflight: true`, interleaved, and the step's own duration from its table
   (target < 2 s).
-- doctor-faults: each fault of tests/test_doctor_lab.py once, under an exclusive allocation
-  of both nodes (tests/labfaults.py applies and restores it): `python -m launcher doctor`
+- doctor-faults: each fault of tests/lab/test_doctor.py once, under an exclusive allocation
+  of both nodes (tests/helpers/labfaults.py applies and restores it): `python -m launcher doctor`
   (time to the table, and the cells it crossed) against the same job without the preflight
   (run with bash in the allocation, capped at FAULT_CAP_S: time to its end, or "hangs").
 """
@@ -25,7 +25,7 @@ from bench.cluster_bench import PROGRAM, slurmjob, spec_yaml
 from bench.stats import Series, interleave, ratio, seconds_to_ready, table
 
 ROOT = Path(__file__).resolve().parent.parent
-PORT = 28431  # as tests/test_doctor_lab.py
+PORT = 28431  # as tests/lab/test_doctor.py
 FAULT_CAP_S = 90
 TORCH_PROGRAM = ["python3", "-c", "import torch.distributed as d; d.init_process_group('gloo');"
                  " d.barrier(); print('TRAINED')"]
@@ -99,7 +99,7 @@ def _allocated(folder: Path, scenario: str, cmd: List[str], cap: float) -> Dict[
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(PYTHONPATH=str(ROOT), DOCTOR_IMAGE=str(ROOT / "image.sif"))
     argv = ["salloc", "-N2", "--exclusive", "-p", "batch", "-t", "5", sys.executable,
-            str(ROOT / "tests" / "labfaults.py"), scenario, str(PORT), folder.name, "--",
+            str(ROOT / "tests/helpers/labfaults.py"), scenario, str(PORT), folder.name, "--",
             "timeout", str(cap), *cmd]
     done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True,
                           timeout=cap + 1800, check=False)  # queue waits: the lab is shared

@@ -7,7 +7,7 @@ steps, and how long a hang takes to reach the log.
   baseline), as rendered (the stack hook, no deadline), and with `launch.hang_timeout` (the
   hook's progress thread and the watcher beside the launch), at the least deadline the spec
   takes for 2 nodes plus a little, so that both look every 13 s, as often as they ever do.
-- report: tests/programs/hang_ranks.py (rank 3 stops in load_batch after the first
+- report: tests/helpers/programs/hang_ranks.py (rank 3 stops in load_batch after the first
   all_reduce, ranks 0-2 wait in the next one) with the same deadline: from the hang (the
   ranks' ready marks, touched where they stay) to the watcher's first line in the log, to
   its last line written (stacks collected, the rank behind named) and to the job gone.
@@ -99,7 +99,7 @@ def _hang_s(jobfile: str, ready: Path) -> Optional[Dict[str, float]]:
 
 def report(repeats: int) -> str:
     ready = ROOT / "bench-results" / "hang-ready"
-    job = _job("bench_hang_report", ["python3", "-u", "tests/programs/hang_ranks.py"],
+    job = _job("bench_hang_report", ["python3", "-u", "tests/helpers/programs/hang_ranks.py"],
                deadline=True, env=f"env: {{set: {{READY_DIR: {ready}}}}}\n")
     runs = [_hang_s(job, ready) for _ in range(repeats)]
     ok = [r for r in runs if r]

@@ -1,4 +1,4 @@
-"""Bench sections on the namespace network (tests/jscnet.py), no Slurm needed.
+"""Bench sections on the namespace network (tests/helpers/jscnet.py), no Slurm needed.
 
 - scaling: rendezvous time (launcher start -> every rank past init_process_group and a first
   all_reduce) for 2, 4, 8 nodes x 1 process; torchrun_jsc on the JSC-like names vs plain
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 from bench.stats import interleave, ratio, seconds_to_ready, table
-from tests import jscnet
+from tests.helpers import jscnet
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(Path(sys.executable))

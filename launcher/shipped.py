@@ -5,7 +5,7 @@ Where it sits: the composer (login node) -> **shipped** -> the jobscript's text 
 image python3 under pyxis, the host python3 for the doctor). Why shipped and not imported:
 the task script and the doctor run before anyone knows that the node or the image holds the
 kit. The contract every shipped module keeps (docs/development/shipped-code.md, checked by
-tests/test_shipped.py): standard library only, plus other modules of its bundle imported as
+tests/unit/test_shipped.py): standard library only, plus other modules of its bundle imported as
 ``from launcher.X import ...`` at top level (dropped here: the names are defined above);
 no relative imports; top-level names unique within the bundle; no code that runs on import
 beyond definitions (the entry point is appended here); Python 3.6 (RHEL 8 node python3).

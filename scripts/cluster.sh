@@ -134,7 +134,7 @@ write_configs() {  # write_configs N
         done
         # Preemption as sites configure it: a job in `urgent` takes the nodes of jobs in `batch`,
         # which get GraceTime seconds and the job's own --signal at once (send_user_signal;
-        # without a --signal, SIGTERM), then are requeued (tests/test_e2e_requeue.py).
+        # without a --signal, SIGTERM), then are requeued (tests/lab/test_requeue.py).
         echo "PreemptType=preempt/partition_prio"
         echo "PreemptMode=REQUEUE"
         echo "PreemptParameters=send_user_signal"

@@ -17,7 +17,7 @@
 # The empty directories lie on disk under /var/tmp and are removed afterwards. What apt installed
 # stays (a namespace cannot uninstall packages): `make setup` finds it installed, as on a
 # machine where only the packages are left; its install path is tested with --plan and SETUP_ROOT
-# (tests/test_setup.py). pip's download cache stays (speed only).
+# (tests/fakes/test_setup.py). pip's download cache stays (speed only).
 # A lab left running by an earlier run (also one started inside an earlier run's namespace) is
 # stopped first, and the lab this run starts is stopped at the end, whatever CMD returned.
 set -euo pipefail

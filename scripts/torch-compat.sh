@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the launcher's real two-node test (tests/test_torchrun_jsc_real.py) under older torch
+# Run the launcher's real two-node test (tests/lab/test_torchrun_jsc_real.py) under older torch
 # releases, each in its own virtual environment under build/torch-compat/VERSION.
 #
 #   bash scripts/torch-compat.sh [VERSION...]     # default: 1.9.0 1.13.1 2.0.1 2.4.1 2.5.1
@@ -52,9 +52,9 @@ for v in "${versions[@]}"; do
         # numpy < 2: the releases before 2.3 were built against numpy 1.x
         "$venv/bin/pip" install -q "torch==$v" "numpy<2" || die "pip could not install torch==$v"
     fi
-    echo "$prog: torch $v: tests/test_torchrun_jsc_real.py" >&2
+    echo "$prog: torch $v: tests/lab/test_torchrun_jsc_real.py" >&2
     if TORCHRUN_JSC_TEST_PYTHON=$venv/bin/python "$repo/.venv/bin/pytest" -q -p no:cacheprovider \
-            "$repo/tests/test_torchrun_jsc_real.py"; then
+            "$repo/tests/lab/test_torchrun_jsc_real.py"; then
         echo "$prog: torch $v: passed"
     else
         echo "$prog: torch $v: FAILED"

@@ -1,4 +1,10 @@
-"""Shared fixtures. `cluster`: the local Slurm cluster (scripts/cluster.sh up, idempotent), for ring 3."""
+"""The ring of every test is its folder: tests/unit is ring 1 (pure), tests/fakes ring 2
+(rendered scripts and local processes under recording fakes), tests/lab ring 3 (real Slurm,
+Apptainer, Enroot, torch; root). tests/helpers holds what is not a test (the fakes, the lab's
+network and faults, programs the tests run).
+
+Shared fixtures. `cluster`: the local Slurm cluster (scripts/cluster.sh up, idempotent), for
+ring 3; `shared_tmp`: a directory the lab's nodes see."""
 
 from __future__ import annotations
 
@@ -10,11 +16,29 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Iterator, List
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+RINGS = {"unit": "ring1", "fakes": "ring2", "lab": "ring3"}
+
+
+def ring_of(path: Path) -> str:
+    """The ring marker of a test file, from the folder it sits in under tests/."""
+    folder = path.resolve().relative_to(TESTS).parts[0]
+    if folder not in RINGS:
+        raise pytest.UsageError(f"{path}: a test file must sit in tests/unit, tests/fakes or "
+                                f"tests/lab (its folder sets its ring), not in tests/{folder}")
+    return RINGS[folder]
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """Mark each test with its folder's ring, so that `-m ring1`, `-m "not ring3"` select by
+    folder and no test file can be left without a ring."""
+    for item in items:
+        item.add_marker(ring_of(item.path))
 
 
 def load_slurmjob() -> ModuleType:

@@ -3,7 +3,7 @@
 Where it sits: torch's parser -> ``Request`` (+ ``NetFacts`` probed by ``netinfo``) ->
 ``decide()`` -> ``Decision`` -> ``apply()`` on a copy of the namespace -> torch's ``run``.
 Nothing here imports torch, reads ``os.environ`` or touches the network: every input is a
-value, so the whole decision table is tested without torch (tests/test_torchrun_jsc_decide.py).
+value, so the whole decision table is tested without torch (tests/unit/test_torchrun_jsc_decide.py).
 
 Why any of this is needed (pytorch/pytorch#73656): torch's c10d rendezvous decides whether
 this node hosts the TCPStore by comparing the endpoint host with the machine's hostname, and

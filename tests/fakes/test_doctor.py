@@ -1,0 +1,130 @@
+"""Ring 2: the doctor's node checks on this machine, without Slurm. The shipped script
+runs as ``python3 -c`` and collects from stdin; each node check (a port taken, a bind source
+or image missing, a bad socket interface name, the launcher and torch inside, GPUs, clock
+skew, a foreign program on the port)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from launcher.doctor import local, node
+from launcher.doctor.ship import node_script
+
+
+def _conf(**kw):
+    conf = {"runtime": "bare", "image": None, "binds": [], "gpus": 0, "launcher": None,
+            "program": "python3", "timeout": 2.0, "deadline": 8.0, "max_skew": 2.0}
+    conf.update(kw)
+    return conf
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_address_family_is_the_name_checks_cause():
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1",
+               TORCHRUN_JSC_ADDRESS_FAMILY="inet")
+    rep = node.run_node(_conf(), "127.0.0.1", _free_port(), [], env)
+    assert rep["checks"]["name"] == node.cell(False, "127.0.0.1", "TORCHRUN_JSC_ADDRESS_FAMILY: "
+                                              "expected one of auto, ipv4, ipv6, any, got 'inet'")
+
+
+def test_one_node_passes_here():
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1")
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    env.pop("NCCL_SOCKET_IFNAME", None)
+    rep = node.run_node(_conf(), "127.0.0.1", _free_port(), [], env)
+    checks = rep["checks"]
+    assert [c for c in checks if checks[c]["ok"] is False] == [], checks
+    assert checks["tcp"]["value"] == "listening" and checks["name"]["value"] == "127.0.0.1"
+    assert checks["iface"]["value"] == "lo"
+    assert checks["inside"]["ok"] and checks["gpus"]["value"] == "none requested (sees 0)"
+    if not os.path.isdir("/sys/class/infiniband"):  # the negative path, for real: no cross
+        assert checks["rdma"] == node.cell(None, "no RDMA devices", "none in "
+                                           "/sys/class/infiniband: NCCL uses sockets")
+
+
+def test_port_taken_bind_and_image_missing_bad_ifname(tmp_path):
+    port = _free_port()
+    bad = tmp_path / "image.sif"
+    bad.write_bytes(b"\0" * 64)
+    env = dict(os.environ, SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1",
+               GLOO_SOCKET_IFNAME="ib9", NCCL_SOCKET_IFNAME="=lo")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", port))
+        taken.listen(1)
+        rep = node.run_node(_conf(runtime="apptainer", image=str(bad),
+                                  binds=[str(tmp_path), str(tmp_path / "nope")]),
+                            "127.0.0.1", port, ["true"], env)
+    c = rep["checks"]
+    assert c["tcp"]["cause"].startswith("already in use on this node")
+    assert c["binds"] == node.cell(False, str(tmp_path / "nope"), "bind source missing on this "
+                                   "node")
+    assert c["image"]["cause"].startswith("not a SIF or squashfs image")
+    assert c["iface"]["value"] == "GLOO_SOCKET_IFNAME=ib9"
+    assert c["iface"]["cause"].startswith("no interface 'ib9' on this node")
+
+
+def test_inside_checks_launcher_torch_and_gpus():
+    conf = _conf(launcher="no-such-launcher-xyz")
+    image, inside, gpus, rdma = local.inside([], conf, 10)
+    assert inside == node.cell(False, "no-such-launcher-xyz", "not found on the PATH inside")
+    facts = {"which": {"python3": "/usr/bin/python3"}, "python": "3.11", "torch": "1.8.1",
+             "cvd": "0,1", "devs": []}
+    assert local.inside_cell(facts, _conf(min_torch="1.9"))["cause"] == \
+        "torchrun_jsc needs >= 1.9"
+    shadowed = dict(facts, torch="2.1.0", label_torch="2.13.0+cpu")
+    assert local.inside_cell(shadowed, _conf())["cause"].startswith(
+        "the image was built with torch 2.13.0+cpu: another torch shadows it")
+    assert local.gpu_cell(facts, _conf(gpus=2))["cause"].startswith("no /dev/nvidia* device files")
+    assert local.gpu_cell(facts, _conf(gpus=2, fake_gpus=True))["value"] == \
+        "2 (fake GRES: device files not checked)"
+    assert local.gpu_cell(facts, _conf(gpus=4))["cause"] == \
+        "the container does not see the requested GPUs"
+
+
+def _rep(name, nodeid, addr, **crosses):
+    checks = {c: node.cell(True, "ok") for c in node.COLUMNS if c != "same"}
+    checks.update({k: node.cell(False, *v) for k, v in crosses.items()})
+    return {"node": name, "nodeid": nodeid, "address": addr, "endpoint": "n1i:29400",
+            "seconds": 1.25, "checks": checks}
+
+
+def test_shipped_script_collects_from_stdin():
+    lines = node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1")) + "\n"
+    done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
+                           "n1"], input=lines, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "doctor: all checks passed"
+    done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
+                           "n1\nn2"], input=lines, capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "n2 name: no report" in done.stdout
+
+
+def test_clock_skew_and_a_foreign_program_on_the_port():
+    import threading
+
+    def serve(sock, payload):
+        conn, _ = sock.accept()
+        with conn:
+            conn.sendall(payload())
+            conn.recv(16)
+
+    for payload, expect in (
+            (lambda: (json.dumps({"doctor": "n1", "t": time.time() + 5}) + "\n").encode(),
+             "clock differs from the first node's by more than 2 s"),
+            (lambda: b"SSH-2.0-OpenSSH\r\n", "no clock from the first node")):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(1)
+            threading.Thread(target=serve, args=(sock, payload), daemon=True).start()
+            tcp, clock = node.reach("127.0.0.1", sock.getsockname()[1], time.time() + 3, 2.0)
+        assert tcp["ok"] is True
+        assert clock["cause"] == expect
+        assert clock["ok"] is (None if "no clock" in expect else False)

@@ -1,0 +1,134 @@
+"""Ring 2, issue 21, a job that hangs explains itself (real local processes, no Slurm): the
+stack hook in plain Python processes, and 4 real gloo ranks under torch.distributed.run where
+rank 3 is stuck in its own function while the others wait in all_reduce, collected by the
+very text the jobscript ships."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher import hangs_script, stacks, stacks_hook
+
+REPO = Path(__file__).resolve().parents[2]
+
+# --- the hook in real processes --------------------------------------------------------------
+
+
+@pytest.fixture
+def hookdir(tmp_path):
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
+    return tmp_path
+
+
+JOB = str(700000 + os.getpid())  # a job id of this test run only
+
+
+def hook_env(d: Path, **extra):
+    env = dict(os.environ, PYTHONPATH=f"{d}/hook:{REPO}", TORCHRUN_JSC_STACKS=str(d),
+               SLURM_JOB_ID=JOB, **extra)
+    env.pop(stacks_hook.PID_ENV, None)
+    return env
+
+
+CHILDREN = """
+import multiprocessing as mp, os, sys, time
+def child():
+    pass
+if __name__ == "__main__":
+    for how in ("fork", "spawn"):
+        p = mp.get_context(how).Process(target=child); p.start(); p.join()
+    print("ok", flush=True)
+"""
+
+
+def test_normal_run_undisturbed_and_children_unarmed(hookdir, tmp_path):
+    (tmp_path / "children.py").write_text(CHILDREN)
+    done = subprocess.run([sys.executable, str(tmp_path / "children.py")],
+                          env=hook_env(hookdir, RANK="5"),
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+    (dump,) = (hookdir / "stacks").iterdir()  # the rank only: no child armed itself
+    assert dump.name.startswith("rank-5.pid-")
+    assert dump.read_text().count("\n") == 1  # the header, nothing else
+    # Without a rank variable (torchrun's agent, the batch shell's python) nothing is armed.
+    subprocess.run([sys.executable, "-c", "pass"], env=hook_env(hookdir), check=True)
+    assert len(list((hookdir / "stacks").iterdir())) == 1
+
+
+def test_chains_to_the_hidden_sitecustomize(hookdir, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other")
+    (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = '1'\n")
+    env = hook_env(hookdir, RANK="0")
+    env["PYTHONPATH"] = f"{hookdir}/hook:{other}"
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('CHAINED'))"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "1\n", done.stderr
+
+
+def test_signal_dumps_and_collector_reads(hookdir):
+    prog = "import time\ndef stuck():\n    time.sleep(60)\nprint('up', flush=True)\nstuck()\n"
+    p = subprocess.Popen([sys.executable, "-c", prog], env=hook_env(hookdir, RANK="2"),
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        (rec,) = stacks.collect(JOB, wait_s=10)
+        assert rec["rank"] == "2" and rec["pid"] == p.pid and rec["dump"]
+        assert stacks.where(stacks.main_stack(rec)) == "stuck at <string>:3"
+        assert stacks.collect("1", wait_s=1) == []  # another job's: not touched
+        assert p.poll() is None  # still running after the dump
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_real_gloo_ranks_one_stuck(hookdir, tmp_path):
+    pytest.importorskip("torch")
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    env = hook_env(hookdir, READY_DIR=str(ready), OMP_NUM_THREADS="1", SLURMD_NODENAME="jwbA")
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc_per_node", "4",
+                          str(REPO / "tests/helpers/programs/hang_ranks.py")],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(ready.iterdir())) < 4 and time.monotonic() < deadline:
+            assert p.poll() is None, p.stdout.read()
+            time.sleep(0.5)
+        code = hangs_script.stacks_text()  # what the jobscript ships, run as it runs there
+
+        def collect(node_name: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-c", code, "node", JOB, "10"],
+                                  capture_output=True, text=True, timeout=60,
+                                  env=dict(os.environ, SLURMD_NODENAME=node_name))
+        # A collector on another node of a shared kernel (the lab) leaves these ranks alone.
+        assert collect("jwbB").stdout == ""
+        # Ranks 0-2 go from their ready mark into all_reduce: ask again until they are there.
+        while True:
+            node = collect("jwbA")
+            assert len(node.stdout.splitlines()) == 4, node.stdout + node.stderr  # no agent
+            rep = subprocess.run([sys.executable, "-c", code, "report", JOB], input=node.stdout,
+                                 capture_output=True, text=True, timeout=60)
+            first = rep.stdout.splitlines()[0]
+            if first.startswith("stacks: 3 ranks in all_reduce") or time.monotonic() > deadline:
+                break
+        assert first.startswith("stacks: 3 ranks in all_reduce at hang_ranks.py:26; rank 3 on "), \
+            rep.stdout
+        assert first.endswith(" in load_batch at hang_ranks.py:14"), rep.stdout
+        assert p.poll() is None  # the dumps did not end the job
+    finally:
+        # torchrun's workers have sessions of their own: end them by the pids found.
+        for pid, _, _ in stacks.armed(JOB):
+            os.kill(pid, signal.SIGKILL)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()

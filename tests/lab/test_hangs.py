@@ -1,0 +1,178 @@
+"""Ring 3: hang reports on the local JSC-like cluster.
+
+A rendered spec (repository venv or image.sif; mode torchrun or srun; 2 nodes x 2) runs
+tests/helpers/programs/hang_ranks.py: rank 3 sticks in its own function, ranks 0-2 wait for it in
+all_reduce. Checked:
+  - `jsc-compose stacks JOBID` from outside the allocation names the odd one out, the job
+    still runs afterwards;
+  - a minute before the time limit (--signal=B:URG@60) the job's log gets the same lines;
+  - a job that does not hang finishes as before, with no stacks in its log;
+  - the rendezvous timeouts the jobscript computed reach torchrun (--rdzv_conf in the log);
+  - with launch.hang_timeout the same hang ends the job long before its time limit (exit 124),
+    its log has the stacks and, last, one line naming rank 3, its node and load_batch; a job
+    that steps for longer than the deadline is not ended.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PY = str(Path(os.environ.get("VENV", REPO / ".venv")) / "bin" / "python")
+
+SPEC = """\
+job:
+  nodes: 2
+  time: "{time}"
+  partition: batch
+{where}
+env:
+  set: {{READY_DIR: {ready}, PYTHONWARNINGS: ignore}}
+launch:
+  mode: {mode}
+  procs_per_node: 2
+{launch_extra}program: [python3, -u, {program}]
+"""
+VENV_SITE = "site:\n  profile: jsc\n  venv: .venv"
+IMAGE_SITE = "site: jsc\nruntime:\n  kind: apptainer\n  image: image.sif"
+
+
+def render(shared_tmp: Path, time_limit: str, program: str, mode: str = "torchrun",
+           where: str = VENV_SITE, launch_extra: str = "") -> Path:
+    ready = shared_tmp / "ready"
+    ready.mkdir(exist_ok=True)
+    spec = shared_tmp / "hang.yaml"
+    spec.write_text(SPEC.format(time=time_limit, ready=ready, program=program, mode=mode,
+                                where=where, launch_extra=launch_extra))
+    job = shared_tmp / "hang.job"
+    p = subprocess.run([PY, "-m", "launcher", "render", str(spec), "-o", str(job)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr
+    return job
+
+
+def wait_ready(ready: Path, n: int, timeout: float = 240) -> None:
+    """Poll until every rank has marked where it stays (bounded; polling, not a fixed wait)."""
+    deadline = time.monotonic() + timeout
+    while len(list(ready.iterdir())) < n:
+        assert time.monotonic() < deadline, sorted(p.name for p in ready.iterdir())
+        time.sleep(0.5)
+
+
+def stacks(job_id: str, deadline: float) -> subprocess.CompletedProcess:
+    """`jsc-compose stacks JOBID`, asked again until ranks 0-2 have gone from their ready mark
+    into all_reduce (each call only signals; the job goes on)."""
+    while True:
+        p = subprocess.run([PY, "-m", "launcher", "stacks", job_id], capture_output=True,
+                           text=True, timeout=120, cwd=REPO, check=False)
+        if (p.returncode == 0 and p.stdout.startswith("stacks: 3 ranks in all_reduce")) \
+                or time.monotonic() > deadline:
+            return p
+
+
+@pytest.fixture(scope="module")
+def image() -> Path:
+    p = subprocess.run(["make", "image"], capture_output=True, text=True, timeout=2400,
+                       cwd=REPO, check=False)
+    assert p.returncode == 0, f"make image failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return REPO / "image.sif"
+
+
+@pytest.mark.parametrize("mode, where", [("torchrun", VENV_SITE), ("srun", VENV_SITE),
+                                         ("torchrun", IMAGE_SITE)],
+                         ids=["torchrun-venv", "srun-venv", "torchrun-apptainer"])
+def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mode, where):
+    if where == IMAGE_SITE:
+        request.getfixturevalue("image")
+    job = render(shared_tmp, "00:05:00", str(REPO / "tests/helpers/programs/hang_ranks.py"), mode,
+                 where)
+    job_id = cluster.submit(str(job), ["-o", str(shared_tmp / "hang-%j.out")], cwd=str(REPO))
+    try:
+        wait_ready(shared_tmp / "ready", 4)
+        p = stacks(job_id, time.monotonic() + 60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        print(p.stdout)
+        first = p.stdout.splitlines()[0]
+        assert first.startswith("stacks: 3 ranks in all_reduce at hang_ranks.py:"), p.stdout
+        assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in first, p.stdout
+        assert "4 ranks on 2 nodes" in p.stdout
+        assert cluster.run(["squeue", "-h", "-j", job_id]).stdout.strip()  # still running
+    finally:
+        cluster.run(["scancel", job_id])
+        cluster.wait_gone(job_id, 120)
+    if mode == "torchrun":  # the timeouts, computed on the cluster for its 2 nodes
+        assert "rdzv_join_timeout=$((600 + 1 * nnodes))" in job.read_text()
+
+
+def test_stacks_in_the_log_before_the_time_limit(cluster, shared_tmp):
+    job = render(shared_tmp, "00:02:00", str(REPO / "tests/helpers/programs/hang_ranks.py"))
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "hang-%j.out")], timeout=300,
+                          cwd=str(REPO))
+    assert res.state == "TIMEOUT", res.output
+    assert ": SIGURG at " in res.output, res.output
+    assert "stacks: 3 ranks in all_reduce at hang_ranks.py:" in res.output, res.output
+    assert " in load_batch at hang_ranks.py:" in res.output
+
+
+def test_normal_job_has_no_stacks(cluster, shared_tmp):
+    job = render(shared_tmp, "00:05:00", "examples/ddp_train.py")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "ok-%j.out")], timeout=240,
+                          cwd=str(REPO))
+    assert res.state == "COMPLETED", res.output
+    assert "stacks:" not in res.output and "SIGURG" not in res.output, res.output
+    assert len(res.summaries) == 1, res.output
+    files = sorted(p.name.split(".")[0] for p in (REPO / ".hangs" / res.job_id / "stacks").iterdir())
+    assert files == ["rank-0", "rank-1", "rank-2", "rank-3"], files
+
+
+DEADLINE_S = 130  # launch.hang_timeout: a little above the least it takes for 2 nodes (121 s)
+PERIOD_S = 13  # a tenth of it: how often the ranks and the watcher look
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "srun"])
+def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
+    """Rank 3 stops in load_batch after the first all_reduce, ranks 0-2 wait in the next one
+    (gloo's default 30 min timeout): with launch.hang_timeout the job ends about DEADLINE_S
+    after their last move, well before its 10 min time limit, and says who and where."""
+    job = render(shared_tmp, "00:10:00", str(REPO / "tests/helpers/programs/hang_ranks.py"), mode,
+                 launch_extra=f"  hang_timeout: {DEADLINE_S}\n")
+    assert f"watch \"${{SLURM_JOB_ID}}\" \"${{hangs_dir}}\" {DEADLINE_S} {PERIOD_S} 30 --" in \
+        job.read_text().replace(" \\\n    ", " ")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "deadline-%j.out")], timeout=540,
+                          cwd=str(REPO))
+    print(res.output)
+    assert res.state == "FAILED" and res.exit_code.startswith("124:"), \
+        (res.state, res.exit_code, res.output)
+    # Start-up, the deadline, two looks of 13 s, the stacks and the end: minutes below 10.
+    assert DEADLINE_S < res.elapsed_s < 360, res.elapsed_s
+    out = res.output
+    assert f"(launch.hang_timeout {DEADLINE_S}) at " in out, out
+    assert "stacks: 3 ranks in all_reduce at hang_ranks.py:" in out, out
+    assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in out, out
+    last = [line for line in out.splitlines() if line.startswith("no progress for ")]
+    assert last == [f"no progress for {DEADLINE_S} s: rank 3 on jwb0002 in load_batch at "
+                    "hang_ranks.py:14, 1 collective behind the other 3; job ended"], out
+    assert "SIGURG" not in out  # ended by the deadline, not warned by the time limit
+    assert (REPO / ".hangs" / res.job_id / "no-progress").read_text() == last[0] + "\n"
+
+
+def test_progress_deadline_leaves_a_stepping_job_alone(cluster, shared_tmp):
+    """A job that steps for longer than the deadline (400 steps of 0.5 s, collectives in
+    every step's backward) finishes; every rank's mark says done and no line is printed."""
+    job = render(shared_tmp, "00:10:00", "examples/ddp_train.py, --steps, '400', --step-sleep, "
+                 "'0.5'",
+                 launch_extra=f"  hang_timeout: {DEADLINE_S}\n")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "steps-%j.out")], timeout=540,
+                          cwd=str(REPO))
+    assert res.state == "COMPLETED", res.output
+    assert res.elapsed_s > DEADLINE_S + 60, res.elapsed_s  # it did outlast the deadline
+    assert "no progress" not in res.output and "stacks:" not in res.output, res.output
+    marks = [p.read_text().split() for p in
+             sorted((REPO / ".hangs" / res.job_id / "progress").glob("rank-*"))]
+    assert len(marks) == 4 and all(m[-1] == "state=done" for m in marks), marks
+    assert len({m[0] for m in marks}) == 1, marks  # every rank issued as many collectives

@@ -1,0 +1,190 @@
+"""Ring 1: the doctor without Slurm. The spec key, the rendered step (bash -n, shellcheck,
+placement before the launch), the shipped script (one standalone program), the collector (a
+node without a report, a node that resolves the name elsewhere) and the table; the CLI's
+one-line errors. The node checks on this machine: tests/fakes/test_doctor.py."""
+
+import itertools
+import json
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import main
+from launcher.doctor import node, report
+from launcher.doctor.ship import node_config, node_script
+from launcher.jobscript import render_jobscript
+from launcher.model import SpecError
+from launcher.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = """\
+job: {nodes: 2}
+site: jsc
+runtime: {kind: apptainer, image: image.sif, binds: [/data]}
+launch: {rdzv_port: 29400, preflight: true}
+program: [python3, train.py]
+"""
+
+
+def spec_of(text: str):
+    return parse_spec(textwrap.dedent(text), "t.yaml")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("true", (True, False)), ("false", (False, False)), ("{fake_gpus: true}", (True, True)),
+])
+def test_preflight_key(value, expected):
+    spec = spec_of(SPEC.replace("preflight: true", f"preflight: {value}"))
+    pre = spec.launch.preflight
+    assert (pre is not None, bool(pre and pre.fake_gpus)) == expected
+
+
+@pytest.mark.parametrize("value, message", [
+    ("yes please", "t.yaml: launch.preflight: must be true, false or a mapping {fake_gpus: "
+                   "BOOL}, got 'yes please'"),
+    ("{fake: true}", "t.yaml: launch.preflight: unknown key 'fake' (did you mean "
+                     "'fake_gpus'?)"),
+    ("{fake_gpus: 1}", "t.yaml: launch.preflight.fake_gpus: must be true or false, got 1"),
+])
+def test_preflight_key_errors(value, message):
+    with pytest.raises(SpecError) as err:
+        spec_of(SPEC.replace("preflight: true", f"preflight: {value}"))
+    assert str(err.value) == message
+
+
+def test_step_runs_after_setup_and_before_the_launch(tmp_path):
+    text = render_jobscript(spec_of(SPEC))
+    step = text.index('"${doctor_py}" node')
+    flat = " ".join(text.replace("\\\n", " ").split())  # the renderer's line breaks
+    # one task per node, with every CPU of the node
+    assert '"--ntasks=${nnodes}" --ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" ' \
+        'python3' in flat
+    assert text.index("rdzv_port=29400") < step < text.index("# Launch:")
+    assert "|| { echo \"preflight: a check failed (table above); not launching\" >&2; exit 1; }" \
+        in text
+    flat = " ".join(text.replace("\\\n", " ").split())  # the line breaks are the renderer's
+    assert "--bind /data:/data --bind \"${PWD}\" image.sif | python3" in flat
+    script = tmp_path / "s.job"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
+    subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+    plain = render_jobscript(spec_of(SPEC.replace("preflight: true", "preflight: false")))
+    assert "doctor" not in plain
+
+
+def test_doctor_script_ends_after_the_step():
+    text = render_jobscript(spec_of(SPEC), doctor=True)
+    assert "# Launch:" not in text and "srun --kill-on-bad-exit=1" not in text
+    assert text.rstrip().endswith("|| exit 1")
+    assert '"${doctor_py}" json "${doctor_conf}"' in text
+
+
+def test_config_from_spec():
+    conf = node_config(spec_of(SPEC))
+    assert conf["binds"] == ["/data"] and conf["image"] == "image.sif"
+    assert conf["launcher"] == "torchrun_jsc" and conf["min_torch"] == "1.9"
+    srun = node_config(spec_of(SPEC.replace("rdzv_port: 29400", "mode: srun, rdzv_port: 1")))
+    assert srun["launcher"] is None and srun["min_torch"] is None
+
+
+def test_shipped_script_is_one_standalone_program():
+    text = node_script()
+    compile(text, "doctor", "exec")
+    assert "from __future__" not in text and "from launcher" not in text  # Python 3.6, alone
+    assert "def candidates(" in text and "def find_route(" in text  # the one rule, launcher/net
+    assert "def run_node(" in text and "def render_table(" in text
+
+
+def _rep(name, nodeid, addr, **crosses):
+    checks = {c: node.cell(True, "ok") for c in node.COLUMNS if c != "same"}
+    checks.update({k: node.cell(False, *v) for k, v in crosses.items()})
+    return {"node": name, "nodeid": nodeid, "address": addr, "endpoint": "n1i:29400",
+            "seconds": 1.25, "checks": checks}
+
+
+def test_collect_and_table():
+    lines = [node.MARK + json.dumps(_rep("n2", 1, "10.0.0.2", first=("10.0.0.2", "mine"))),
+             "noise", node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1"))]
+    reps = report.collect(lines, ["n1", "n2", "n3"])
+    assert [r["node"] for r in reps] == ["n1", "n2", "n3"]
+    assert reps[1]["checks"]["same"] == node.cell(False, "10.0.0.2", "the first node (n1) "
+                                                  "resolves it to 10.0.0.1")
+    text = report.render_table(reps)
+    lines = text.splitlines()
+    assert lines[0] == "doctor: 3 nodes, rendezvous n1i:29400, checks took 1.2 s"
+    assert lines[1].split() == ["node", *node.COLUMNS]
+    assert "X 10.0.0.2: the first node ..." in lines[3]
+    assert "n3 name: no report: the check did not run on this node or was killed (see the " \
+           "job's error log)" in lines
+    assert lines[-1] == "doctor: 3 checks failed on 2 nodes"
+    data = json.loads(report.render_json(reps))
+    assert data["ok"] is False and data["rendezvous"] == "n1i:29400"
+    assert {(f["node"], f["check"]) for f in data["failures"]} == \
+        {("n2", "first"), ("n2", "same"), ("n3", "name")}
+
+
+def test_cli_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SPEC)
+    assert main(["doctor", "missing.yaml"]) == 2
+    assert capsys.readouterr().err.startswith("missing.yaml: cannot read spec")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert main(["doctor", "s.yaml", "--", "-p", "x"]) == 2
+    assert capsys.readouterr().err == (
+        "s.yaml: --: inside an allocation (SLURM_JOB_ID is set) the doctor uses its nodes; "
+        "sbatch options and --nodelist mean nothing here, got '-p x'\n")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "jobs").glob("*.yaml")))
+def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    import yaml
+
+    data = yaml.safe_load((ROOT / "jobs" / name).read_text())
+    data.setdefault("launch", {})["preflight"] = True
+    text = render_jobscript(parse_spec(yaml.safe_dump(data), f"jobs/{name}"))
+    assert text.index("# Preflight") < text.index("# Launch:")
+    script = tmp_path / "s.job"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
+    subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+
+
+def test_first_node_cell():
+    assert node.first_cell(True, "10.0.0.1", ["10.0.0.1"], ["10.0.0.1"])["ok"] is True
+    assert node.first_cell(False, "10.0.0.1", ["10.0.0.1"], [])["ok"] is True
+    assert node.first_cell(True, "10.0.0.2", ["10.0.0.2"], [])["cause"].startswith(
+        "not an address of this node, which is the first node")
+    assert node.first_cell(False, "10.0.0.2", ["10.0.0.2"], ["10.0.0.2"])["cause"].endswith(
+        "(this node resolves the name to itself)")
+    assert node.first_cell(False, "10.0.0.2", ["10.0.0.2", "10.0.0.1"], ["10.0.0.2"]) == \
+        node.cell(False, "10.0.0.2, 10.0.0.1", "resolves to addresses on this node (10.0.0.2) "
+                  "and not on it (10.0.0.1): use a name of one node only")
+    assert node.first_cell(False, None, [], [])["ok"] is None
+
+
+def test_waiting_on_slurm_backs_off(monkeypatch):
+    """A job that stays queued for the doctor's whole 15 minutes costs about 95 squeue calls
+    (0.2 s doubling to 10 s), not 4,500 at a fixed 0.2 s: slurmctld is shared by everyone."""
+    from launcher.doctor import run
+    clock = [0.0]
+    calls = []
+
+    def squeue(argv, **_kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "PENDING Priority\n" if argv[0] == "squeue" else "", "")
+
+    monkeypatch.setattr(run.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(run.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(run.subprocess, "run", squeue)
+    with pytest.raises(run.SubmitError, match="did not end within 900 s; cancelled"):
+        run._wait("42", 900.0)
+    polls = [c for c in calls if c[0] == "squeue"]
+    assert 80 <= len(polls) <= 100, len(polls)
+    assert calls[-1] == ["scancel", "42"]
+    assert list(itertools.islice(run.poll_delays(), 8)) == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0]

@@ -1,0 +1,278 @@
+"""Issue 21, the progress deadline (launch.hang_timeout): the spec key, the jobscript lines,
+the hook's progress marks, the watcher's decision and its one line.
+
+Ring 1: pure (fake marks, an injected clock and sleep, no waiting). The rendered script under
+the recording fakes and the hook in real processes: tests/fakes/test_hang_deadline.py; real
+Slurm: tests/lab/test_hangs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import hangs_script, stacks
+from launcher.jobscript import render_jobscript
+from launcher.model import SpecError
+from launcher.spec import load_spec, parse_spec
+from tests.unit.test_hangs import C10D, DATA, LOGGER, TRAIN, record
+
+REPO = Path(__file__).resolve().parents[2]
+
+BASE = "job: {nodes: 4, time: '1:00:00'}\nsite: jsc\nprogram: [python3, t.py]\n"
+
+
+def spec_with(launch: str, base: str = BASE):
+    return parse_spec(base + f"launch: {launch}\n", "h.yaml")
+
+
+def refusal(launch: str, base: str = BASE) -> str:
+    with pytest.raises(SpecError) as info:
+        spec_with(launch, base)
+    return str(info.value)
+
+# --- spec ------------------------------------------------------------------------------------
+
+
+def test_seconds_or_slurm_time():
+    assert spec_with("{hang_timeout: 600}").launch.hang_timeout == 600
+    assert spec_with("{hang_timeout: '30:00'}").launch.hang_timeout == 1800
+    assert spec_with("{hang_timeout: false}").launch.hang_timeout is None
+    assert spec_with("{mode: srun}").launch.hang_timeout is None
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "abc", "true", "1.5", "[600]"])
+def test_bad_values_one_line(value):
+    text = refusal(f"{{hang_timeout: {value}}}")
+    assert text.startswith("h.yaml: launch.hang_timeout: must be seconds (e.g. 1800) or a "
+                           "Slurm time such as 30:00, got "), text
+    assert "\n" not in text
+
+
+def test_too_small_for_the_rendezvous_or_too_big_for_the_time_limit():
+    assert refusal("{hang_timeout: 60}") == (
+        "h.yaml: launch.hang_timeout: must be at least the rendezvous store's read timeout "
+        "(122 s for 4 nodes: 120 + 1 per 2 nodes), which the kit allows one wait on the "
+        "store, got 60")
+    assert spec_with("{hang_timeout: 122}").launch.hang_timeout == 122
+    assert refusal("{hang_timeout: 604, max_restarts: 1}") == (
+        "h.yaml: launch.hang_timeout: must be more than the rendezvous join timeout (604 s "
+        "for 4 nodes) with launch.max_restarts: after a restart the agents meet again that "
+        "long while no rank runs, got 604")
+    assert spec_with("{hang_timeout: 605, max_restarts: 1}").launch.hang_timeout == 605
+    assert refusal("{hang_timeout: 3600}") == (
+        "h.yaml: launch.hang_timeout: must be less than job.time (1:00:00 = 3600 s), or the "
+        "time limit comes first, got 3600")
+
+
+def test_not_in_modes_without_torch_distributed():
+    for mode in ("horovod", "ray"):
+        text = refusal(f"{{mode: {mode}, hang_timeout: 600}}")
+        assert text.startswith(f"h.yaml: launch.hang_timeout: means nothing in mode '{mode}': "
+                               "progress is observed through torch.distributed's collectives"), text
+
+
+def test_cli_check_prints_the_line(tmp_path, capsys):
+    from launcher import cli
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE + "launch: {hang_timeout: -1}\n")
+    assert cli.main(["render", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(
+        "launch.hang_timeout: must be seconds (e.g. 1800) or a Slurm time such as 30:00, got -1")
+    assert "Traceback" not in err
+
+# --- jobscript -------------------------------------------------------------------------------
+
+
+def test_watcher_only_when_the_spec_asks():
+    plain = render_jobscript(spec_with("{mode: torchrun}"))
+    for text in ("hang_watch_pid", " watch ", "/progress", "no-progress"):
+        assert text not in plain.split("stacks_py='")[0] + plain.split("\nprint_stacks()")[1], text
+    hang = render_jobscript(spec_with("{mode: torchrun, hang_timeout: 600}")).replace(
+        " \\\n    ", " ")
+    assert "# Progress deadline (launch.hang_timeout: 600 s): every 60 s" in hang
+    assert "printf '%s\\n' 60 >\"$hangs_dir/progress/period\"" in hang
+    assert 'rm -f -- "$hangs_dir/no-progress"' in hang
+    start = hang.index('python3 -c "${stacks_py}" watch "${SLURM_JOB_ID}" "${hangs_dir}" 600 60 '
+                       '30 -- srun --overlap "--jobid=${SLURM_JOB_ID}"')
+    launch = hang.index("torchrun_jsc", start)
+    assert start < hang.index("hang_watch_pid=$!") < launch < hang.index("launch_pid=$!")
+    after = hang[hang.index('wait "$launch_pid" || launch_rc=$?'):]
+    assert after.index('kill "$hang_watch_pid"') < after.index(
+        'cat -- "$hangs_dir/no-progress" >&2\n    exit 124') < after.index(
+        'if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi')
+
+
+def test_watcher_with_requeue_before_its_verdict():
+    base = ("job: {nodes: 2, time: '1:00:00', requeue: true}\nsite: jsc\n"
+            "program: [python3, t.py]\n")
+    text = render_jobscript(spec_with("{hang_timeout: 300}", base))
+    after = text[text.index('wait "$launch_pid" || launch_rc=$?'):]
+    assert after.index("exit 124") < after.index('if [ "$signalled" = 1 ]')
+
+
+def test_existing_jobs_have_no_watcher():
+    for spec in sorted((REPO / "jobs").glob("*.yaml")):
+        try:
+            text = render_jobscript(load_spec(str(spec.relative_to(REPO))))
+        except SpecError:
+            continue  # not a jsc-compose spec (submitit)
+        assert "hang_watch_pid" not in text, spec
+
+
+def test_period_is_a_tenth_within_1_to_60():
+    assert [hangs_script.progress_period(t) for t in (5, 122, 600, 1800, 86400)] == \
+        [1, 12, 60, 60, 60]
+
+# --- the watcher's decision (pure) -----------------------------------------------------------
+
+
+def mark(t, world=5, done=False, calls=0):
+    return {"world": world, "all": world, "calls": calls, "t": t, "done": done}
+
+
+def test_overdue_only_when_every_rank_is_still_for_the_timeout():
+    marks = {0: mark(1000.0), 1: mark(1090.0), 2: mark(1010.0)}
+    assert stacks.overdue(marks, 1100.0, 20) is None  # rank 1 moved 10 s ago
+    assert stacks.overdue(marks, 1110.0, 20) == 20.0
+    assert stacks.overdue({}, 1e9, 20) is None  # no rank yet: still starting
+    finished = {r: mark(0.0, done=True) for r in range(3)}
+    assert stacks.overdue(finished, 1e9, 20) is None  # all finished: the launch is ending
+    finished[3] = mark(0.0)
+    assert stacks.overdue(finished, 100.0, 20) == 100.0
+
+
+def test_marks_from_files(tmp_path):
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    (folder / "period").write_text("1\n")
+    (folder / "rank-0").write_text("world=3 all=7 calls=2 t=1500.250 state=run".ljust(95) + "\n")
+    (folder / "rank-1").write_text("world=2 all=6 calls=0 t=1400.000 state=done".ljust(95) + "\n")
+    (folder / "rank-2").write_text("world=1 all=1 calls=0 t=10.000 state=run".ljust(95) + "\n")
+    (folder / "rank-3").write_text("")  # caught while rewritten: its mtime counts
+    os.utime(folder / "rank-3", (1450.0, 1450.0))
+    marks = stacks.read_marks(str(tmp_path), since=1000.0)
+    assert marks[0] == {"world": 3, "all": 7, "calls": 2, "t": 1500.25, "done": False}
+    assert marks[1]["done"] is True
+    assert 2 not in marks  # older than the watcher: an earlier attempt of a requeued job
+    assert marks[3] == {"world": None, "all": None, "calls": None, "t": 1450.0, "done": False}
+
+
+def stuck_records():
+    records = [record(r, "jwb0001" if r < 2 else "jwb0002", [C10D, LOGGER, TRAIN])
+               for r in range(3)]
+    return records + [record(3, "jwb0002", [DATA, TRAIN])]
+
+
+def test_verdict_names_the_rank_behind():
+    marks = {r: mark(1000.0, world=2) for r in range(3)}
+    marks[3] = mark(990.0, world=1)
+    assert stacks.verdict(stuck_records(), marks, 300) == (
+        "no progress for 300 s: rank 3 on jwb0002 in load_batch at data.py:17, "
+        "1 collective behind the other 3; job ended")
+
+
+def test_verdict_behind_even_when_the_stacks_do_not_tell():
+    # 2 ranks, 2 stacks: the stacks alone cannot say which one is the odd one out.
+    records = [record(0, "a", [C10D, LOGGER, TRAIN]), record(1, "b", [DATA, TRAIN])]
+    marks = {0: mark(1.0, world=4), 1: mark(1.0, world=1)}
+    assert stacks.verdict(records, marks, 120) == (
+        "no progress for 120 s: rank 1 on b in load_batch at data.py:17, 3 collectives behind "
+        "the other 1; job ended")
+    marks = {0: mark(1.0, world=1), 1: mark(1.0, world=4)}
+    assert "rank 0 on a in all_reduce at train.py:42, 3 collectives behind" in \
+        stacks.verdict(records, marks, 120)
+
+
+def test_verdict_without_a_rank_behind():
+    even = {r: mark(1.0, world=2) for r in range(4)}
+    assert stacks.verdict(stuck_records(), even, 300) == (
+        "no progress for 300 s: rank 3 on jwb0002 in load_batch at data.py:17; job ended")
+    same = [record(r, "jwb0001", [C10D, LOGGER, TRAIN]) for r in range(4)]
+    assert stacks.verdict(same, even, 300) == (
+        "no progress for 300 s: all 4 ranks in all_reduce at train.py:42; job ended")
+    assert stacks.verdict([], even, 300) == (
+        "no progress for 300 s: no rank answered the stack request; job ended")
+    # A rank behind that does not answer (blocked in the kernel) is still named.
+    marks = dict(even)
+    marks[3] = mark(1.0, world=1)
+    assert stacks.verdict(stuck_records()[:3], marks, 300).startswith(
+        "no progress for 300 s: rank 3 on ?: no stack (process state ?), 1 collective behind")
+
+
+class Clock:
+    """Time that passes only when the watcher sleeps."""
+
+    def __init__(self, now: float) -> None:
+        self.now, self.sleeps = now, []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    clock = Clock(1.7e9)  # whole seconds: the marks keep 3 decimals
+    calls = []
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: calls.append(argv) or 0)
+
+    def write(rank, world, t):
+        (folder / f"rank-{rank}").write_text(
+            f"world={world} all={world} calls=0 t={t:.3f} state=run".ljust(95) + "\n")
+
+    for rank in range(4):
+        write(rank, 1, clock.now + 1)
+    real_sleep = clock.sleep
+
+    def sleep(s):  # ranks 0-2 enter the next collective after the watcher's 3rd look
+        real_sleep(s)
+        if len(clock.sleeps) == 3:
+            for rank in range(3):
+                write(rank, 2, clock.now)
+
+    lines = "\n".join(json.dumps(r) for r in stuck_records())
+    collector = [sys.executable, "-c", f"print({lines!r})"]
+    start = clock.now
+    assert stacks.watch("77", str(tmp_path), 30, 5, 30, collector, clock=clock.time,
+                        sleep=sleep) == 0
+    out = capsys.readouterr().out
+    # The last progress was at the 3rd look (start + 15): the deadline passed at start + 45.
+    assert clock.sleeps[:9] == [5] * 9 and clock.sleeps[9] == 30
+    assert out.startswith(f"job 77: no progress for 30 s (launch.hang_timeout 30) at "
+                          f"{start + 45:.6f}: every rank's stack"), out
+    assert "\nstacks: 3 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch " \
+        "at data.py:17\n" in out
+    assert (tmp_path / "no-progress").read_text() == (
+        "no progress for 30 s: rank 3 on jwb0002 in load_batch at data.py:17, 1 collective "
+        "behind the other 3; job ended\n")
+    assert calls == [["scancel", "--signal=TERM", "77"], ["scancel", "--signal=KILL", "77"]]
+
+
+def test_watch_notes_once_when_no_rank_reports(tmp_path, monkeypatch, capsys):
+    (tmp_path / "progress").mkdir()
+    clock = Clock(5000.0)
+
+    def sleep(s):
+        clock.sleep(s)
+        if len(clock.sleeps) == 8:  # a rank at last (an image that took long to start)
+            (tmp_path / "progress" / "rank-0").write_text(
+                f"world=0 all=0 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    stacks.watch("78", str(tmp_path), 10, 2, 7, [sys.executable, "-c", ""], clock=clock.time,
+                 sleep=sleep)
+    out = capsys.readouterr().out
+    assert out.count("launch.hang_timeout: no rank has reported after 10 s") == 1
+    assert clock.now == 5000.0 + 8 * 2 + 10 + 7
+    assert (tmp_path / "no-progress").read_text() == (
+        "no progress for 10 s: no rank answered the stack request; job ended\n")

@@ -1,0 +1,179 @@
+"""Ring 1, issue 21, a job that hangs explains itself: rendezvous timeouts by node count,
+the grouped report, the jobscript lines, `jsc-compose stacks`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from launcher import cli, hangs_script, stacks
+from launcher.jobscript import render_jobscript
+from launcher.modes import plan_launch
+from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
+from launcher.shell import Var, word
+from launcher.spec import load_spec
+from tests.unit.test_render import spec_of
+
+BASE = "job: {nodes: 2}\nsite: jsc\nprogram: [python3, t.py]\n"
+
+# --- timeouts --------------------------------------------------------------------------------
+
+
+def test_timeouts_grow_with_the_node_count():
+    assert rdzv_timeouts(1) == (601, 120)
+    assert rdzv_timeouts(4) == (604, 122)
+    assert rdzv_timeouts(1024) == (1624, 632)
+
+
+def test_user_rdzv_conf_is_kept_after_the_kits():
+    assert user_rdzv_conf(["torchrun_jsc"]) is None
+    assert user_rdzv_conf(["torchrun_jsc", "--rdzv_conf=read_timeout=5"]) == "read_timeout=5"
+    assert user_rdzv_conf(["torchrun", "--rdzv-conf", "join_timeout=9", "--x"]) == \
+        "join_timeout=9"
+    spec = spec_of(BASE + "launch: {mode: torchrun, command: [torchrun_jsc, "
+                   "--rdzv_conf=read_timeout=5]}")
+    assert rdzv_conf_arg(spec) == word("--rdzv_conf=join_timeout=", Var("rdzv_join_timeout"),
+                                       ",read_timeout=", Var("rdzv_read_timeout"),
+                                       ",read_timeout=5")
+    text = render_jobscript(spec)
+    assert "rdzv_conf_user=" not in text  # the command's flag replaces torch's variable
+    plain = render_jobscript(spec_of(BASE + "launch: {mode: torchrun}"))
+    assert 'rdzv_conf_user="${PET_RDZV_CONF:+,${PET_RDZV_CONF}}"' in plain
+    assert "rdzv_join_timeout=$((600 + 1 * nnodes))" in plain
+    assert "rdzv_read_timeout=$((120 + nnodes / 2))" in plain
+
+
+def test_timeouts_in_both_torchrun_modes_only():
+    for mode in ("torchrun", "mpirun_torchrun"):
+        _, plan = plan_launch(spec_of(BASE + f"launch: {{mode: {mode}}}"))
+        assert any(isinstance(t, type(word("a", Var("b")))) and Var("rdzv_join_timeout")
+                   in t.parts for t in plan.task), mode
+    assert "rdzv_join_timeout" not in render_jobscript(spec_of(BASE + "launch: {mode: srun}"))
+
+
+def test_shell_computes_what_the_preview_shows():
+    for n in (1, 7, 1024):
+        out = subprocess.run(["bash", "-c", f"nnodes={n}; echo $((600 + 1 * nnodes)) "
+                              "$((120 + nnodes / 2))"], capture_output=True, text=True)
+        assert out.stdout.split() == [str(v) for v in rdzv_timeouts(n)]
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def dump(*threads_):
+    out = []
+    for i, (name, frames) in enumerate(threads_):
+        out.append(f"{'Current thread' if i == 0 else 'Thread'} 0x{name:016x} "
+                   "(most recent call first):")
+        out += [f'  File "{f}", line {ln} in {fn}' for f, ln, fn in frames]
+        out.append("")
+    return "\n".join(out)
+
+
+C10D = ("/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", "3252",
+        "all_reduce")
+LOGGER = ("/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", "83", "wrapper")
+TRAIN = ("/home/u/train.py", "42", "step")
+DATA = ("/home/u/data.py", "17", "load_batch")
+
+
+def record(rank, host, frames, main=7):
+    return {"rank": str(rank), "host": host, "pid": 100 + rank, "main": str(main),
+            "state": "S", "dump": dump((9, [("/usr/lib/python3.11/threading.py", "320",
+                                              "wait")]), (main, frames))}
+
+
+def test_report_groups_ranks_and_names_the_odd_one_out():
+    records = [record(r, "jwb0001" if r < 4 else "jwb0002", [C10D, LOGGER, TRAIN])
+               for r in range(8) if r != 3]
+    records.append(record(3, "jwb0001", [DATA, TRAIN]))
+    text = stacks.report(records, "42")
+    first = text.splitlines()[0]
+    assert first == ("stacks: 7 ranks in all_reduce at train.py:42; "
+                     "rank 3 on jwb0001 in load_batch at data.py:17")
+    assert "8 ranks on 2 nodes of job 42, 2 different stacks" in text
+    assert "== 7 ranks (0-2,4-7 on jwb0001, jwb0002) in all_reduce at train.py:42" in text
+    assert '    File "/home/u/data.py", line 17 in load_batch' in text
+    assert "(+ 1 other thread in rank 0's dump)" in text
+
+
+def test_main_thread_by_id_else_the_oldest():
+    rec = record(0, "h", [TRAIN], main=7)
+    assert stacks.main_stack(rec) == [TRAIN]
+    rec["main"] = None
+    assert stacks.main_stack(rec) == [TRAIN]  # the last thread listed is the oldest
+
+
+def test_ranks_without_dump_and_no_ranks():
+    text = stacks.report([record(0, "a", [TRAIN]), {"rank": "1", "host": "b", "dump": None,
+                                                     "state": "D"}])
+    assert text.splitlines()[0] == ("stacks: rank 0 on a in step at train.py:42; "
+                                     "rank 1 on b: no stack (process state D)")
+    assert "no armed rank found in job 5" in stacks.report([], "5")
+    assert stacks.ranges([0, 1, 2, 4, 7, 8]) == "0-2,4,7-8"
+    assert stacks.where([C10D, LOGGER]) == "all_reduce at distributed_c10d.py:3252"
+
+
+def test_records_from_mixed_output():
+    lines = ["srun: warning", json.dumps({"rank": "0"}), "{broken", ""]
+    assert stacks.read_records(lines) == [{"rank": "0"}]
+
+# --- jobscript -------------------------------------------------------------------------------
+
+
+def test_jobscript_lines():
+    text = render_jobscript(load_spec("jobs/ddp_container.yaml"))
+    assert "#SBATCH --signal=B:URG@60" in text
+    for line in ['hangs_dir="$PWD/.hangs/$SLURM_JOB_ID"',
+                 'export TORCHRUN_JSC_STACKS="$hangs_dir" '
+                 'PYTHONPATH="$hangs_dir/hook${PYTHONPATH:+:${PYTHONPATH}}"',
+                 'TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-$hangs_dir/fr/rank-}"',
+                 "trap 'print_stacks SIGURG' URG", "trap 'print_stacks SIGTERM' TERM",
+                 'wait "$launch_pid" || launch_rc=$?']:
+        assert line in text, line
+    assert "srun --overlap \"--jobid=${SLURM_JOB_ID}\" \"--nodes=${nnodes}\"" in text
+    # The shipped texts are the files', without docs, and still run.
+    compile(hangs_script.hook_text(), "hook", "exec")
+    compile(hangs_script.stacks_text(), "stacks", "exec")
+    assert '"""' not in hangs_script.stacks_text()
+
+
+def test_signal_left_to_requeue_and_to_the_user():
+    requeue = render_jobscript(load_spec("jobs/ddp_requeue.yaml"))
+    assert requeue.count("#SBATCH --signal=") == 1 and "--signal=B:URG" not in requeue
+    own = render_jobscript(spec_of("job: {nodes: 2, sbatch: {signal: 'B:USR2@30'}}\nsite: jsc\n"
+                                   "program: [python3, t.py]\nlaunch: {mode: srun}"))
+    assert own.count("#SBATCH --signal=") == 1
+
+
+def test_doctor_script_has_no_hook():
+    text = render_jobscript(load_spec("jobs/ddp_container.yaml"), doctor=True)
+    assert "hangs_dir" not in text
+
+
+def test_enroot_forwards_the_hook_names():
+    spec = spec_of(BASE + "launch: {mode: torchrun}\nruntime: {kind: enroot, image: i.sqsh}")
+    text = render_jobscript(spec)
+    start = text[text.index("enroot_start="):]
+    for name in ("TORCHRUN_JSC_STACKS", "PYTHONPATH", "TORCH_FR_DUMP_TEMP_FILE"):
+        assert name in start[:start.index("\n# ")], name
+
+
+def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        out = "3\n" if argv[0] == "squeue" else json.dumps(record(0, "jwb0001", [TRAIN])) + "\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    assert cli.main(["stacks", "4242"]) == 0
+    assert calls[0] == ["squeue", "-h", "-j", "4242", "-o", "%D"]
+    assert calls[1][:9] == ["srun", "--overlap", "--jobid=4242", "--nodes=3", "--ntasks=3",
+                            "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=0",
+                            "python3"]
+    assert calls[1][-3:] == ["node", "4242", "10"]
+    assert capsys.readouterr().out.startswith("stacks: rank 0 on jwb0001 in step at train.py:42")
+    assert cli.main(["stacks"]) == 2  # no job id, not inside a job

@@ -1,0 +1,163 @@
+"""Ring 1: launcher.submitit, submitit executors from job specs: the executor's parameters
+and python command from a spec (launcher.submitit_plan), one-line errors for what submitit
+cannot run."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from launcher.model import SpecError
+from launcher.spec import parse_spec
+from launcher.modes.common import srun_task_env
+from launcher.submitit import minutes, submitit_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = "/shared/sub mit/%j"
+
+
+def spec(runtime: str = "runtime: bare", job: str = "", site: str = "site: jsc"):
+    """A 2 x 2 srun spec; ``job``: extra lines of the job mapping (indented two spaces)."""
+    text = ('job:\n  nodes: 2\n  time: "00:10:00"\n  partition: batch\n' + job.rstrip("\n")
+            + "\n" + f"{site}\n{runtime}\n"
+            + "launch:\n  mode: srun\n  procs_per_node: 2\nprogram: [python3, x.py]\n")
+    return parse_spec(text.replace("\n\n", "\n"), "s.yaml")
+
+
+# --- Ring 1 ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("30", 30), ("0:5", 1), ("10:30", 11), ("00:10:00", 10), ("1:00:01", 61), ("1-2", 1560),
+    ("1-02:30", 1590), ("1-00:00:01", 1441)])
+def test_slurm_times_become_whole_minutes_rounded_up(text, expected):
+    assert minutes(text) == expected
+
+
+def test_parameters_come_from_the_job_and_launch_sections():
+    s = spec(job="  account: proj1\n  cpus_per_task: 3\n  gpus_per_node: 4\n"
+                 "  sbatch: {mem: 10G, reservation: r 1, hint: true}")
+    p = submitit_plan(s, FOLDER).parameters
+    assert {k: v for k, v in p.items() if k != "setup"} == {
+        "job_name": "s", "nodes": 2, "ntasks_per_node": 2, "time": 10, "partition": "batch",
+        "account": "proj1", "cpus_per_task": 3, "gpus_per_node": 4,
+        # cpus_per_task set: no --exclusive (launcher.placement's rule, as in jobscripts)
+        "additional_parameters": {"mem": "10G", "reservation": "r 1", "hint": True}}
+
+
+def test_whole_nodes_by_default_and_no_time_when_the_spec_has_none():
+    s = parse_spec("job: {nodes: 3}\nprogram: [x]\n", "t.yaml")
+    p = submitit_plan(s, FOLDER).parameters
+    assert p["exclusive"] is True and p["nodes"] == 3 and p["ntasks_per_node"] == 1
+    assert "time" not in p and "partition" not in p and p["job_name"] == "t"
+
+
+def test_bare_runs_this_python_or_the_venvs_or_the_one_given():
+    assert submitit_plan(spec(), FOLDER).python == \
+        f'bash -c "$submitit_task_env" submitit-task {shlex.quote(sys.executable)}'
+    assert submitit_plan(spec(), FOLDER, python="/opt/py 3/bin/python").python.endswith(
+        "submitit-task /opt/py 3/bin/python")  # as given: submitit's python is a shell command
+    venv = submitit_plan(spec(site="site: {profile: jsc, venv: .venv}"), FOLDER)
+    assert venv.python.endswith("submitit-task python3")
+    assert "source .venv/bin/activate" in venv.setup
+
+
+def test_python_is_only_for_bare_without_venv():
+    with pytest.raises(ValueError) as err:
+        submitit_plan(spec("runtime: {kind: apptainer, image: i.sif}"), FOLDER, python="/p")
+    assert str(err.value) == ("python= is for the bare runtime without site.venv; this spec runs "
+                              "python3 from the apptainer image")
+
+
+def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
+    rt = "runtime: {kind: apptainer, image: my img.sif, binds: [/data]}"
+    plain = submitit_plan(spec(rt), FOLDER).python
+    assert plain == ('bash -c "$submitit_task_env" submitit-task apptainer exec --bind /data:/data '
+                     "--bind '/shared/sub mit:/shared/sub mit' --bind \"${PWD}\" 'my img.sif' python3")
+    gpus = submitit_plan(spec(rt, job="  gpus_per_node: 4"), FOLDER).python
+    assert "apptainer exec --nv --bind" in gpus
+    assert "--bind /f/x:/f/x " in submitit_plan(spec(rt), "/f/x").python  # no %j: the folder
+
+
+@pytest.mark.parametrize("site,addr", [("site: jsc", 'rdzv_host="${first_node}i"'),
+                                       ("site: generic", 'rdzv_host="${first_node}"')])
+def test_master_is_the_first_nodes_inter_node_name(site, addr):
+    setup = submitit_plan(spec(site=site), FOLDER).setup
+    assert addr in setup
+    assert 'hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"' in setup
+    assert "rdzv_port=$((29500 + SLURM_JOB_ID % 1000))" in setup
+    # The jobscript's own preamble: the same rendezvous lines, then env:// from them.
+    at = setup.index('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"')
+    assert at > setup.index(addr)
+
+
+def test_port_site_and_env_sections_reach_the_setup():
+    s = parse_spec(textwrap.dedent("""\
+        job: {nodes: 2}
+        site: {profile: jsc, socket_ifname: ib0, env: {NCCL_IB_GID_INDEX: "3"}}
+        env: {set: {HOSTILE: "a b 'c' $$x"}}
+        launch: {mode: srun, procs_per_node: 2, rdzv_port: 29400}
+        program: [x]
+        """), "e.yaml")
+    setup = submitit_plan(s, FOLDER).setup
+    assert "rdzv_port=29400" in setup
+    assert "export GLOO_SOCKET_IFNAME=ib0" in setup and "export NCCL_SOCKET_IFNAME==ib0" in setup
+    assert "export NCCL_IB_GID_INDEX=3" in setup
+    assert "export HOSTILE='a b '\"'\"'c'\"'\"' $x'" in setup
+    assert setup[-1] == "submitit_task_env=" + shlex.quote(srun_task_env())
+
+
+def test_pyxis_is_refused_in_one_line_saying_why():
+    with pytest.raises(SpecError) as err:
+        submitit_plan(spec("runtime: {kind: pyxis, image: i.sqsh}"), FOLDER)
+    text = str(err.value)
+    assert text.startswith("s.yaml: runtime.kind: submitit cannot use pyxis: pyxis takes the "
+                           "container through srun flags, and submitit writes its srun flags "
+                           "shell-quoted")
+    assert "\n" not in text and text.endswith(", got 'pyxis'")
+
+
+def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
+    plan = submitit_plan(spec("runtime: {kind: enroot, image: i.sqsh}"), "/f/%j")
+    assert plan.python == ('bash -c "$submitit_task_env" submitit-task bash -c "${enroot_start}" '
+                           'enroot-start --mount /f:/f --mount "${PWD}:${PWD}" "${enroot_run}" '
+                           'env "--chdir=${PWD}" python3')
+    setup = "\n".join(plan.setup)
+    flat = " ".join(setup.replace("\\\n", " ").split())  # the line breaks are the renderer's
+    assert 'nnodes="$SLURM_JOB_NUM_NODES"' in plan.setup
+    assert ('srun --kill-on-bad-exit=1 "--nodes=${nnodes}" "--ntasks=${nnodes}" '
+            '--ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" bash -c "${enroot_setup}" '
+            'enroot-setup') in flat
+    # Enroot forwards by name: submitit's own variables are among the names.
+    assert "|SUBMITIT_*|" in setup
+
+
+def test_requeue_is_submitits_own():
+    s = spec(job="  requeue: {before: 60}")
+    with pytest.raises(SpecError, match=r"^s\.yaml: job\.requeue: submitit requeues by itself"):
+        submitit_plan(s, FOLDER)
+
+
+@pytest.mark.parametrize("folder,message", [
+    ("rel/%j", "submitit folder must be an absolute path, got 'rel/%j'"),
+    ("/a:b/%j", "apptainer cannot bind the submitit folder '/a:b' (it contains ':'): "
+                "choose a folder without them"),
+    ("/a b/%j", "enroot cannot bind the submitit folder '/a b' (it contains ' '): "
+                "choose a folder without them")])
+def test_bad_folders_are_one_line(folder, message):
+    kind = message.split()[0] if message.split()[0] in ("apptainer", "enroot") else "apptainer"
+    image = "i.sif" if kind == "apptainer" else "i.sqsh"
+    with pytest.raises(ValueError) as err:
+        submitit_plan(spec(f"runtime: {{kind: {kind}, image: {image}}}"), folder)
+    assert str(err.value) == message
+
+
+def test_the_checked_in_spec_is_the_apptainer_launchers_image():
+    from launcher.spec import load_spec
+    s = load_spec(str(ROOT / "jobs/sum_submitit.yaml"))
+    plan = submitit_plan(s, "/x/%j")
+    assert plan.python.endswith("--bind /x:/x --bind \"${PWD}\" launchers.sif python3")
+    assert (plan.parameters["nodes"], plan.parameters["ntasks_per_node"]) == (2, 2)
