@@ -27,6 +27,7 @@ import dataclasses
 import math
 import os
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,12 +155,59 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
     return SubmititPlan(python=command, parameters=params, setup=setup)
 
 
-def executor_for(spec_path: str, folder: str, python: Optional[str] = None) -> Any:
+# What submitit's worker needs in the image: submitit itself (the same version as the
+# submitting Python: the job's pickles are its own) and cloudpickle. -I: the user's directory
+# off sys.path, as on the nodes.
+_WORKER_PROBE = ("python3", "-I", "-c",
+                 "import cloudpickle, submitit; print('SUBMITIT', submitit.__version__)")
+
+
+def _submitit_version() -> Optional[str]:
+    try:
+        from importlib.metadata import version
+        return version("submitit")
+    except Exception:  # not installed: executor_for says so itself
+        return None
+
+
+def worker_problem(spec: JobSpec, local_version: Optional[str],
+                   run: Any = subprocess.run) -> Optional[str]:
+    """Why submitit's worker cannot run in the spec's image (one line), or None: the image
+    is asked on this machine where its runtime can run it here (Apptainer, a local file),
+    else nothing is checked (Enroot squashfs, registry references, bare)."""
+    image = spec.runtime.image
+    if not image or not os.path.exists(os.path.expanduser(image)):
+        return None
+    argv = runtime_for(spec).local_exec(os.path.expanduser(image), _WORKER_PROBE)
+    if argv is None:
+        return None
+    try:
+        done = run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   universal_newlines=True, timeout=120, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot ask the image whether it has submitit ({argv[0]}: {exc})"
+    found = [ln.split()[1] for ln in done.stdout.splitlines()
+             if ln.startswith("SUBMITIT ") and len(ln.split()) == 2]
+    if done.returncode != 0 or not found:
+        why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        return (f"submitit's worker cannot run in this image ({why}); it needs submitit and "
+                "cloudpickle: make launchers-image builds launchers.sif with the pinned ones")
+    if local_version and found[0] != local_version:
+        return (f"the image has submitit {found[0]}, this Python {local_version}: the worker "
+                "must read this Python's pickles; use the same version "
+                "(requirements/launchers.txt)")
+    return None
+
+
+def executor_for(spec_path: str, folder: str, python: Optional[str] = None,
+                 check_image: bool = True) -> Any:
     """A submitit SlurmExecutor that runs submitted functions as the spec says.
 
     ``job = executor_for("jobs/sum_submitit.yaml", "build/submitit/%j").submit(fn)``;
     ``job.results()`` then holds one result per task (rank order). Raises SpecError for a
-    spec it cannot run (one line), ImportError when submitit is missing."""
+    spec it cannot run (one line), an image whose submitit is missing or another version
+    than this Python's (asked on this machine where the runtime can run the image here;
+    ``check_image=False`` skips it), ImportError when submitit is missing."""
     spec = load_spec(spec_path)
     absolute = str(Path(folder).expanduser().absolute())
     plan = submitit_plan(spec, absolute, python)
@@ -169,9 +217,13 @@ def executor_for(spec_path: str, folder: str, python: Optional[str] = None) -> A
         raise ImportError("submitit is not installed in this Python: pip install the pinned "
                           "version from requirements/launchers.txt (scripts/setup.sh does)") \
             from None
+    if check_image:
+        problem = worker_problem(spec, _submitit_version())
+        if problem:
+            raise SpecError(spec.source, "runtime.image", problem, spec.runtime.image)
     executor = SlurmExecutor(folder=absolute, python=plan.python)
     executor.update_parameters(**plan.parameters)
     return executor
 
 
-__all__ = ["SubmititPlan", "executor_for", "minutes", "submitit_plan"]
+__all__ = ["SubmititPlan", "executor_for", "minutes", "submitit_plan", "worker_problem"]

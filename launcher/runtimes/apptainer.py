@@ -46,6 +46,9 @@ class Apptainer(ContainerRuntime):
         return out + ([] if cache is None else
                       [Assign("APPTAINER_CACHEDIR", expansion(cache), export=True)])
 
+    def local_exec(self, image: str, argv: Sequence[str]) -> Optional[List[str]]:
+        return ["apptainer", "exec", "--cleanenv", image, *argv]
+
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         nv = self.config.nv if self.config.nv is not None else self.spec.job.gpus_per_node > 0
         out: List[Token] = ["apptainer", "exec"]

@@ -148,6 +148,11 @@ class ContainerRuntime:
         """The argv that runs ``argv`` inside this runtime; task_env names must reach it."""
         return list(argv)
 
+    def local_exec(self, image: str, argv: Sequence[str]) -> Optional[List[str]]:
+        """The argv that runs ``argv`` in ``image`` on this machine (the login node), for a
+        check before submitting; None where that cannot be done here."""
+        return None
+
     @property
     def inherits_env(self) -> bool:
         """True when the task's environment reaches the program without help."""

@@ -130,3 +130,21 @@ def test_failed_tasks_end_results_quickly_through_accounting(cluster, shared_tmp
     assert "STATE FAILED" in p.stdout, p.stdout
     seconds = int(raised.split(" after ")[1].split(" s:")[0])
     assert seconds < 240, raised  # submitit polls sacct every so often; never the 10+ minutes
+
+
+def test_an_image_without_submitit_is_refused_before_submitting(shared_tmp):
+    """image.sif (the PyTorch image) has no submitit: executor_for asks the image with the
+    real Apptainer on this machine and refuses in one line, before anything reaches Slurm
+    (submitted, the worker would fail on every node at once)."""
+    image = REPO / "image.sif"
+    assert image.is_file(), "image.sif missing: run `make image`"
+    spec = shared_tmp / "no_submitit.yaml"
+    spec.write_text(yaml.safe_dump({
+        "job": {"nodes": 2, "time": "00:05:00"}, "site": "jsc",
+        "runtime": {"kind": "apptainer", "image": str(image)},
+        "launch": {"mode": "srun", "procs_per_node": 2}, "program": ["python3"]}))
+    p, summary = submit(spec, shared_tmp)
+    assert p.returncode == 2 and summary == {} and "submitted job" not in p.stdout
+    [line] = p.stderr.splitlines()
+    assert line.startswith(f"submitit_sum: {spec}: runtime.image: submitit's worker cannot run "
+                           "in this image (ModuleNotFoundError: No module named"), line

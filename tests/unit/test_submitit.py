@@ -5,6 +5,7 @@ cannot run."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -161,3 +162,50 @@ def test_the_checked_in_spec_is_the_apptainer_launchers_image():
     plan = submitit_plan(s, "/x/%j")
     assert plan.python.endswith("--bind /x:/x --bind \"${PWD}\" launchers.sif python3")
     assert (plan.parameters["nodes"], plan.parameters["ntasks_per_node"]) == (2, 2)
+
+
+def _answer(rc: int, out: str = "", err: str = ""):
+    calls = []
+
+    def run(argv, **_kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, rc, out, err)
+    return run, calls
+
+
+def test_image_without_submitit_is_one_line(tmp_path):
+    from launcher.submitit import worker_problem
+    image = tmp_path / "image.sif"
+    image.write_text("")
+    run, calls = _answer(1, err="Traceback...\nModuleNotFoundError: No module named 'submitit'\n")
+    problem = worker_problem(spec(f"runtime: {{kind: apptainer, image: '{image}'}}"), "1.5.4", run)
+    assert problem == ("submitit's worker cannot run in this image (ModuleNotFoundError: No "
+                       "module named 'submitit'); it needs submitit and cloudpickle: make "
+                       "launchers-image builds launchers.sif with the pinned ones")
+    assert calls[0][:4] == ["apptainer", "exec", "--cleanenv", str(image)]
+    assert calls[0][4:6] == ["python3", "-I"]
+
+
+def test_image_with_another_submitit_is_one_line_and_the_same_passes(tmp_path):
+    from launcher.submitit import worker_problem
+    image = tmp_path / "launchers.sif"
+    image.write_text("")
+    s = spec(f"runtime: {{kind: apptainer, image: '{image}'}}")
+    other, _ = _answer(0, out="SUBMITIT 1.4.0\n")
+    assert worker_problem(s, "1.5.4", other) == (
+        "the image has submitit 1.4.0, this Python 1.5.4: the worker must read this Python's "
+        "pickles; use the same version (requirements/launchers.txt)")
+    same, _ = _answer(0, out="SUBMITIT 1.5.4\n")
+    assert worker_problem(s, "1.5.4", same) is None
+
+
+def test_images_that_cannot_be_asked_here_are_not_checked(tmp_path):
+    from launcher.submitit import worker_problem
+    run, calls = _answer(1)
+    sqsh = tmp_path / "image.sqsh"
+    sqsh.write_text("")
+    assert worker_problem(spec(f"runtime: {{kind: enroot, image: '{sqsh}'}}"), "1.5.4", run) is None
+    assert worker_problem(spec("runtime: {kind: apptainer, image: docker://x/y:1}"), "1.5.4",
+                          run) is None
+    assert worker_problem(spec("runtime: bare"), "1.5.4", run) is None
+    assert calls == []
