@@ -26,7 +26,7 @@ from tests.helpers import jscnet
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = os.environ.get("TORCHRUN_JSC_TEST_PYTHON") or sys.executable
-PROGRAM = str(ROOT / "tests" / "programs" / "collectives_check.py")
+PROGRAM = str(ROOT / "tests" / "helpers" / "programs" / "collectives_check.py")
 NODE_TIMEOUT_S = 120
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-MODULECMD = REPO / "tests" / "fakes" / "modulecmd"
+MODULECMD = REPO / "tests" / "helpers" / "modulecmd"
 PIP = ["--no-index", "--find-links", "/opt/wheels", "--find-links", "/opt/pypi/files"]
 
 
