@@ -151,32 +151,29 @@ def own_address(name: str, head: Endpoint, family: str) -> Tuple[str, str]:
     raise LaunchError(f"no address of this node reaches the Ray head {head}")
 
 
-# Ray's listening ports with fixed defaults (the client server 10001 on the head, the
-# dashboard agent's HTTP 52365 on every node): two jobs on one node would collide. Each job
-# takes them from its own GCS port (the rendezvous port, unique per job and probed free on
-# the first node: launcher.slurm), offset into 20000-21999: below Linux's ephemeral ports and
-# outside Ray's worker range (10002-19999) and the rendezvous ports (29500-30499). Ray's
-# other ports default to free ones.
-CLIENT_SERVER_PORT_BASE = 20000
+# Ray's dashboard agent listens on a fixed default port (52365) on every node, so two Ray jobs
+# on one node would collide there. Each job takes it from its own GCS port (the rendezvous
+# port, unique per job and probed free on the first node: launcher.slurm), offset into
+# 21000-21999: below Linux's ephemeral ports, outside Ray's worker range (10002-19999) and the
+# rendezvous ports (29500-30499). Ray's other ports default to free ones; its client server
+# (10001) starts only where ray[client] is installed (not in the kit's images): Ray refuses
+# --ray-client-server-port without it.
 DASHBOARD_AGENT_PORT_BASE = 21000
 
 
-def job_ports(head_port: int) -> Tuple[int, int]:
-    """(client server port, dashboard agent listen port) of the job whose GCS is head_port."""
-    offset = head_port % 1000
-    return CLIENT_SERVER_PORT_BASE + offset, DASHBOARD_AGENT_PORT_BASE + offset
+def agent_port(head_port: int) -> int:
+    """The dashboard agent's listen port of the job whose GCS is on head_port."""
+    return DASHBOARD_AGENT_PORT_BASE + head_port % 1000
 
 
 def ray_start_argv(opts: Options, node: Node, temp_dir: str) -> List[str]:
     """`ray start` for this node (pure). --block keeps Ray's processes our descendants."""
     out = [opts.ray, "start"]
-    client, agent = job_ports(opts.head.port)
     if node.rank == 0:
-        out += ["--head", f"--port={opts.head.port}", "--include-dashboard=false",
-                f"--ray-client-server-port={client}"]
+        out += ["--head", f"--port={opts.head.port}", "--include-dashboard=false"]
     else:
         out += [f"--address={opts.head}"]
-    out.append(f"--dashboard-agent-listen-port={agent}")
+    out.append(f"--dashboard-agent-listen-port={agent_port(opts.head.port)}")
     out += [f"--node-ip-address={node.address}", f"--node-name={node.name}",
             f"--temp-dir={temp_dir}", f"--num-cpus={node.cpus}", f"--num-gpus={node.gpus}",
             "--disable-usage-stats", "--block"]
