@@ -12,6 +12,7 @@ import time
 
 from launcher.doctor import local, node
 from launcher.doctor.ship import node_script
+from tests.helpers.doctor import report as _rep
 
 
 def _conf(**kw):
@@ -87,13 +88,6 @@ def test_inside_checks_launcher_torch_and_gpus():
         "2 (fake GRES: device files not checked)"
     assert local.gpu_cell(facts, _conf(gpus=4))["cause"] == \
         "the container does not see the requested GPUs"
-
-
-def _rep(name, nodeid, addr, **crosses):
-    checks = {c: node.cell(True, "ok") for c in node.COLUMNS if c != "same"}
-    checks.update({k: node.cell(False, *v) for k, v in crosses.items()})
-    return {"node": name, "nodeid": nodeid, "address": addr, "endpoint": "n1i:29400",
-            "seconds": 1.25, "checks": checks}
 
 
 def test_shipped_script_collects_from_stdin():

@@ -18,6 +18,7 @@ from launcher.doctor.ship import node_config, node_script
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec
+from tests.helpers.doctor import report as _rep
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = """\
@@ -97,13 +98,6 @@ def test_shipped_script_is_one_standalone_program():
     assert "from __future__" not in text and "from launcher" not in text  # Python 3.6, alone
     assert "def candidates(" in text and "def find_route(" in text  # the one rule, launcher/net
     assert "def run_node(" in text and "def render_table(" in text
-
-
-def _rep(name, nodeid, addr, **crosses):
-    checks = {c: node.cell(True, "ok") for c in node.COLUMNS if c != "same"}
-    checks.update({k: node.cell(False, *v) for k, v in crosses.items()})
-    return {"node": name, "nodeid": nodeid, "address": addr, "endpoint": "n1i:29400",
-            "seconds": 1.25, "checks": checks}
 
 
 def test_collect_and_table():
