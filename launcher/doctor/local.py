@@ -34,6 +34,13 @@ try:
     out["verbs"] = ""
 except OSError as exc:
     out["verbs"] = str(exc)[:200] or "does not load"
+try:  # CUDA usable, not only device files: the driver's library loads and sees the GPUs
+    import ctypes
+    cuda, count = ctypes.CDLL("libcuda.so.1"), ctypes.c_int(0)
+    rc = cuda.cuInit(0)
+    out["cuda"] = {"rc": rc or cuda.cuDeviceGetCount(ctypes.byref(count)), "count": count.value}
+except (OSError, AttributeError) as exc:
+    out["cuda"] = {"error": str(exc)[:200] or "libcuda.so.1 does not load"}
 out["providers"] = sorted({os.path.basename(p)[3:].split("-rdmav")[0] for d in (
     "/usr/lib/*/libibverbs", "/usr/lib64/libibverbs", "/usr/lib/libibverbs",
     "/usr/local/lib/libibverbs", "/opt/conda/lib/libibverbs") for p in glob.glob(
@@ -141,7 +148,31 @@ def gpu_cell(f, conf):
     if len(devs) < want:
         return cell(False, value, "no /dev/nvidia* device files inside the container "
                     "(Apptainer without --nv, Enroot without its nvidia hook, or no driver)")
+    cuda = f.get("cuda") or {}
+    if "error" in cuda:
+        return cell(False, "libcuda.so.1", "CUDA is not usable inside the container: the "
+                    "driver's library does not load (%s); Apptainer needs --nv, Enroot/pyxis "
+                    "NVIDIA_DRIVER_CAPABILITIES with compute" % cuda["error"])
+    if cuda.get("rc"):
+        return cell(False, "cuInit: CUDA error %d" % cuda["rc"], "CUDA is not usable inside the "
+                    "container (%s)" % CUDA_ERRORS.get(cuda["rc"], "see cuda.h's CUresult"))
+    if cuda and cuda.get("count", 0) < want:
+        return cell(False, "CUDA sees %d" % cuda["count"], "CUDA sees fewer GPUs than the %d "
+                    "requested" % want)
     return cell(True, "%d" % want)
+
+
+# cuda.h's CUresult values a container's cuInit/cuDeviceGetCount typically returns
+CUDA_ERRORS = {3: "not initialized",
+               34: "libcuda.so.1 is CUDA's stub library, not the driver's: the image's stub "
+                   "shadows the host driver (LD_LIBRARY_PATH, ldconfig)",
+               35: "the driver is older than this CUDA: CUDA_ERROR_INSUFFICIENT_DRIVER",
+               46: "the GPUs are busy or unavailable (exclusive-process compute mode?)",
+               100: "no CUDA device visible: CUDA_VISIBLE_DEVICES hides them, or no device",
+               101: "CUDA_VISIBLE_DEVICES names an invalid device",
+               304: "the OS refused the call (device files without permission?)",
+               803: "the container's CUDA user-mode driver does not match the kernel module",
+               999: "unknown error (a driver/kernel module mismatch or a broken device)"}
 
 
 def rdma_host(env):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from launcher.doctor import local, node
 from launcher.doctor.ship import node_script
 from tests.helpers.doctor import report as _rep
@@ -88,6 +90,38 @@ def test_inside_checks_launcher_torch_and_gpus():
         "2 (fake GRES: device files not checked)"
     assert local.gpu_cell(facts, _conf(gpus=4))["cause"] == \
         "the container does not see the requested GPUs"
+
+
+@pytest.mark.parametrize("cuda, value, cause", [
+    ({"rc": 0, "count": 2}, "2", ""),
+    ({"error": "libcuda.so.1: cannot open shared object file"}, "libcuda.so.1",
+     "CUDA is not usable inside the container: the driver's library does not load "
+     "(libcuda.so.1: cannot open shared object file); Apptainer needs --nv, Enroot/pyxis "
+     "NVIDIA_DRIVER_CAPABILITIES with compute"),
+    ({"rc": 100, "count": 0}, "cuInit: CUDA error 100", "CUDA is not usable inside the container "
+     "(no CUDA device visible: CUDA_VISIBLE_DEVICES hides them, or no device)"),
+    ({"rc": 77, "count": 0}, "cuInit: CUDA error 77", "CUDA is not usable inside the container "
+     "(see cuda.h's CUresult)"),
+    ({"rc": 0, "count": 1}, "CUDA sees 1", "CUDA sees fewer GPUs than the 2 requested"),
+])
+def test_gpus_must_be_usable_by_cuda_not_only_device_files(cuda, value, cause):
+    """Device files and CUDA_VISIBLE_DEVICES are not enough (issue 20): the driver's library
+    must load inside the container and cuInit must see the GPUs."""
+    facts = {"cvd": "0,1", "devs": ["/dev/nvidia0", "/dev/nvidia1"], "cuda": cuda}
+    got = local.gpu_cell(facts, _conf(gpus=2))
+    assert (got["ok"], got["value"], got["cause"]) == (not cause, value, cause)
+
+
+def test_inside_probe_reports_cuda_for_real():
+    """The probe itself, run here: this machine has no NVIDIA driver, so libcuda does not load
+    and the probe says so (the positive path ran on a real GPU: docs/development/gpu-check.md)."""
+    done = subprocess.run([sys.executable, "-c", local.INSIDE_PY], capture_output=True,
+                          text=True, timeout=60, check=True)
+    facts = json.loads(done.stdout.split("doctor-inside ", 1)[1])
+    if os.path.exists("/dev/nvidia0"):
+        assert facts["cuda"].get("rc") == 0, facts
+    else:
+        assert "libcuda.so.1" in facts["cuda"]["error"], facts
 
 
 def test_shipped_script_collects_from_stdin():

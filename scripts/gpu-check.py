@@ -1,0 +1,337 @@
+"""What only a GPU machine can show (issues 20 and 21), in one run: docs/development/gpu-check.md.
+
+    sudo python3 scripts/gpu-check.py OUTDIR
+
+Needs root (network namespaces), torch, `nsenter`/`unshare`, and `ip` or pyroute2. Without a
+usable GPU the same checks run with gloo on the CPU and the GPU-only ones say SKIP. Prints one
+``CHECK <name> PASS|FAIL|SKIP: <what>`` line per check, writes every program's output to
+OUTDIR, and exits 1 if a check failed.
+
+1. cuda-probe: the doctor's in-container probe (launcher.doctor.local.INSIDE_PY) run here:
+   with the GPU visible the `gpus` cell passes (cuInit, device count); with
+   CUDA_VISIBLE_DEVICES naming no GPU it crosses with CUDA's error.
+2. device-rule: examples/distributed_sum.py as psslurm starts a second task (LOCAL_RANK=1,
+   one GPU visible) runs on cuda:0 with NCCL; with GPUs requested but hidden it refuses with
+   one line instead of running on the CPU.
+3. nccl-jsc: two nodes in network namespaces named as on JSC (tests/helpers/jscnet:
+   tjsc0001 reachable only as tjsc0001i), torchrun_jsc on both, one worker each on the same
+   GPU (NCCL_HOSTID per node: NCCL takes them for two hosts and uses its network transport),
+   NCCL_DEBUG=INFO: NCCL must use the `i` interface from the kit's NCCL_SOCKET_IFNAME==NAME.
+4. bandwidth: examples/allreduce_bw.py over the same two nodes (bus bandwidth over the veth).
+5. hang: tests/helpers/programs/hang_ranks.py with rank 1 stuck, under the kit's stack hook,
+   progress deadline watcher (launcher.stacks watch) and flight recorder routing: the report
+   names rank 1 and load_batch; with NCCL the watchdog's flight-recorder dumps land in the
+   job's directory and torch's analyser reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from launcher import hangs_script  # noqa: E402
+from launcher.doctor import local  # noqa: E402
+from tests.helpers import jscnet  # noqa: E402
+
+PY = sys.executable
+NODES = jscnet.NODES
+RESULTS: List[Tuple[str, str, str]] = []
+START = time.monotonic()
+
+
+def check(name: str, verdict: str, what: str) -> None:
+    RESULTS.append((name, verdict, what))
+    print(f"CHECK {name} {verdict}: {what}", flush=True)
+    print(f"gpu-check: {time.monotonic() - START:.0f} s since the start", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpu_count() -> int:
+    code = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    done = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=300)
+    return int(done.stdout.strip() or 0)
+
+
+def save(out: Path, name: str, text: str) -> None:
+    (out / f"{name}.log").write_text(text)
+
+
+# --- 1 and 2: one node, no network ---------------------------------------------------------
+
+def cuda_probe(out: Path) -> None:
+    verdicts = []
+    for cvd in ("0", "99"):
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=cvd)
+        done = subprocess.run([PY, "-c", local.INSIDE_PY], capture_output=True, text=True,
+                              env=env, timeout=120)
+        facts = json.loads(done.stdout.split("doctor-inside ", 1)[1])
+        verdicts.append((cvd, facts.get("cuda"), local.gpu_cell(facts, {"gpus": 1})))
+    save(out, "cuda-probe", json.dumps(verdicts, indent=1))
+    (_, cuda_ok, good), (_, cuda_bad, bad) = verdicts
+    ok = good["ok"] is True and bad["ok"] is False and "CUDA error 100" in bad["value"]
+    check("cuda-probe", "PASS" if ok else "FAIL",
+          f"visible: {cuda_ok} -> {good['ok']}; CUDA_VISIBLE_DEVICES=99: {cuda_bad} -> "
+          f"{bad['value']}: {bad['cause']}")
+
+
+def device_rule(out: Path) -> None:
+    base = dict(os.environ, PYTHONPATH=str(ROOT), RANK="0", WORLD_SIZE="1", LOCAL_RANK="1",
+                MASTER_ADDR="127.0.0.1", SLURM_GPUS_ON_NODE="1")
+    argv = [PY, "examples/distributed_sum.py"]
+    good = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(base, CUDA_VISIBLE_DEVICES="0", MASTER_PORT=str(free_port())))
+    bad = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=dict(base, CUDA_VISIBLE_DEVICES="", MASTER_PORT=str(free_port())))
+    save(out, "device-rule", f"--- visible\n{good.stdout}{good.stderr}\n--- hidden (rc "
+         f"{bad.returncode})\n{bad.stdout}{bad.stderr}")
+    summary = [json.loads(line.split(" ", 1)[1]) for line in good.stdout.splitlines()
+               if line.startswith("SUM_SUMMARY ")]
+    refused = [line for line in (bad.stdout + bad.stderr).splitlines() if line.strip()]
+    ok = (good.returncode == 0 and summary and summary[0]["ok"] and summary[0]["backend"] == "nccl"
+          and bad.returncode != 0 and "SUM_SUMMARY" not in bad.stdout
+          and any("GPUs were requested" in line for line in refused))
+    check("device-rule", "PASS" if ok else "FAIL",
+          f"LOCAL_RANK=1, one GPU: rc {good.returncode}, {summary[:1]}; GPUs requested but "
+          f"hidden: rc {bad.returncode}, last line {refused[-1:] or ['(none)']}")
+
+
+# --- the two JSC-like nodes ------------------------------------------------------------------
+
+def net_up(work: Path) -> jscnet.JscNet:
+    """Two nodes joined by one veth pair (tjsc0001i <-> tjsc0002i), each with its management
+    address on lo; `ip` where there is one (jscnet.up), else pyroute2 (no bridge needed)."""
+    if shutil.which("ip"):
+        return jscnet.up(str(work))
+    from pyroute2 import IPRoute, NetNS, netns
+
+    for node in NODES:
+        name = jscnet._netns(node)
+        if name in netns.listnetns():
+            netns.remove(name)
+        netns.create(name)
+    with IPRoute() as ipr:
+        ipr.link("add", ifname=f"{NODES[0]}i", kind="veth", peer=f"{NODES[1]}i")
+        for node in NODES:
+            ipr.link("set", index=ipr.link_lookup(ifname=f"{node}i")[0],
+                     net_ns_fd=jscnet._netns(node))
+    for node in NODES:
+        with NetNS(jscnet._netns(node)) as ns:
+            lo, link = ns.link_lookup(ifname="lo")[0], ns.link_lookup(ifname=f"{node}i")[0]
+            ns.link("set", index=lo, state="up")
+            ns.addr("add", index=lo, address=jscnet.mgmt_addr(node), prefixlen=32)
+            ns.addr("add", index=link, address=jscnet.fast_addr(node), prefixlen=24)
+            ns.link("set", index=link, state="up")
+    return jscnet.JscNet(NODES, jscnet._hosts_file(str(work), "hosts_jsc", NODES,
+                                                   jscnet.mgmt_addr),
+                         jscnet._hosts_file(str(work), "hosts_shared", NODES, jscnet.fast_addr))
+
+
+def net_down() -> None:
+    if shutil.which("ip"):
+        jscnet.down()
+        return
+    from pyroute2 import netns
+
+    for node in NODES:
+        if jscnet._netns(node) in netns.listnetns():
+            netns.remove(jscnet._netns(node))
+
+
+def start(net: jscnet.JscNet, argv: Sequence[str], env: Dict[str, Dict[str, str]],
+          log: Path) -> List[subprocess.Popen]:
+    procs = []
+    for node in NODES:
+        f = open(log.with_name(f"{log.stem}-{node}.log"), "w")
+        procs.append(subprocess.Popen(net.command(node, argv, net.hosts_jsc), cwd=ROOT,
+                                      env=jscnet._clean_env(env[node]), stdout=f,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    return procs
+
+
+def finish(procs: List[subprocess.Popen], timeout: float) -> List[int]:
+    deadline, codes = time.monotonic() + timeout, []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for node in NODES:
+                kill_netns(node)
+            codes.append(p.wait())
+    return codes
+
+
+def kill_netns(node: str) -> None:
+    """SIGKILL every process in the node's network namespace: the launcher, its workers
+    (torchrun may start them in sessions of their own) and what they started."""
+    ns = os.stat(f"/run/netns/{jscnet._netns(node)}").st_ino
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == ns:
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:  # gone, or not ours to look at
+            pass
+
+
+def launch_env(gpus: int, job: str, extra: Optional[Dict[str, str]] = None) -> Dict[str, Dict[str, str]]:
+    env = {}
+    for i, node in enumerate(NODES):
+        e = {"SLURM_NODEID": str(i), "SLURM_JOB_ID": job, "PYTHONPATH": str(ROOT)}
+        if gpus:
+            e.update(CUDA_VISIBLE_DEVICES="0", SLURM_GPUS_ON_NODE="1", NCCL_HOSTID=node,
+                     NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET,BOOTSTRAP")
+        env[node] = dict(e, **(extra or {}))
+    return env
+
+
+def torchrun_jsc(program: Sequence[str], port: int) -> List[str]:
+    return [PY, "-m", "launcher.torchrun_jsc", "--nnodes=2", "--nproc_per_node=1",
+            "--rdzv_backend=c10d", f"--rdzv_endpoint={NODES[0]}i:{port}", "--rdzv_id=gpucheck",
+            "--max_restarts=0", *program]
+
+
+def logs(out: Path, stem: str) -> Dict[str, str]:
+    return {node: (out / f"{stem}-{node}.log").read_text() for node in NODES}
+
+
+def nccl_jsc(net: jscnet.JscNet, out: Path, gpus: int) -> None:
+    procs = start(net, torchrun_jsc(["examples/distributed_sum.py"], free_port()),
+                  launch_env(gpus, "901"), out / "nccl-jsc.log")
+    codes, text = finish(procs, 240), logs(out, "nccl-jsc")
+    summary = [json.loads(line.split(" ", 1)[1]) for line in text[NODES[0]].splitlines()
+               if line.startswith("SUM_SUMMARY ")]
+    backend = "nccl" if gpus else "gloo"
+    problems = [] if codes == [0, 0] else [f"exit codes {codes}"]
+    if not (summary and summary[0]["ok"] and summary[0]["backend"] == backend
+            and summary[0]["hosts"] == list(NODES)):
+        problems.append(f"summary {summary}")
+    seen = []
+    for node in NODES:
+        kit = f"NCCL_SOCKET_IFNAME=={node}i (set for workers)"
+        if kit not in text[node]:
+            problems.append(f"{node}: torchrun_jsc did not print {kit!r}")
+        if gpus:
+            used = re.findall(r"NET/Socket : Using (\[0\]\S+)", text[node])
+            boot = re.findall(r"Bootstrap: Using (\S+)", text[node])
+            ib = re.findall(r"NET/IB : (.*)", text[node])
+            seen.append(f"{node}: NET/Socket {used[:1]}, bootstrap {boot[:1]}, NET/IB {ib[:1]}")
+            if not used or not used[0].startswith(f"[0]{node}i:"):
+                problems.append(f"{node}: NCCL's socket transport is not on {node}i: {used}")
+    check("nccl-jsc" if gpus else "gloo-jsc", "FAIL" if problems else "PASS",
+          "; ".join(problems or [f"sum {summary[0]['sum']} over {summary[0]['hosts']} with "
+                                 f"{backend}"] + seen))
+
+
+def bandwidth(net: jscnet.JscNet, out: Path, gpus: int) -> None:
+    program = ROOT / "examples" / "allreduce_bw.py"
+    if not program.exists():
+        check("bandwidth", "SKIP", "examples/allreduce_bw.py is not in this tree")
+        return
+    procs = start(net, torchrun_jsc([str(program)], free_port()), launch_env(gpus, "902"),
+                  out / "bandwidth.log")
+    codes, text = finish(procs, 300), logs(out, "bandwidth")
+    rows = [json.loads(line.split(" ", 1)[1]) for line in text[NODES[0]].splitlines()
+            if line.startswith("ALLREDUCE_BW ")]
+    ok = codes == [0, 0] and rows
+    check("bandwidth", "PASS" if ok else "FAIL",
+          f"exit codes {codes}; " + "; ".join(
+              f"{r.get('bytes')} B {r.get('backend')} busbw {r.get('busbw_gbps')} GB/s"
+              for r in rows))
+
+
+def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
+    job = "903"
+    hangs = out / "hangs"
+    shutil.rmtree(hangs, ignore_errors=True)
+    for sub in ("hook", "stacks", "fr", "progress", "ready"):
+        (hangs / sub).mkdir(parents=True)
+    (hangs / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
+    (hangs / "progress" / "period").write_text("1\n")
+    extra = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hangs}/hook:{ROOT}",
+             "READY_DIR": str(hangs / "ready"), "HANG_RANK": "1",
+             "HANG_BACKEND": "nccl" if gpus else "gloo", "HANG_PG_TIMEOUT_S": "45"}
+    for name, value in hangs_script.FLIGHT_RECORDER:
+        extra[name] = value.replace("$hangs_dir", str(hangs))
+    program = str(ROOT / "tests" / "helpers" / "programs" / "hang_ranks.py")
+    t0 = time.time()
+    procs = start(net, torchrun_jsc([program], free_port()), launch_env(gpus, job, extra),
+                  out / "hang.log")
+    collector = [PY, str(ROOT / "launcher" / "stacks.py"), "node", job, "10"]
+    watch = subprocess.run([PY, str(ROOT / "launcher" / "stacks.py"), "watch", job, str(hangs),
+                            "15", "1", "1", "--", *collector], capture_output=True, text=True,
+                           timeout=240)
+    t_report = time.time() - t0
+    # NCCL: wait for its watchdog (the process group's 45 s) and the flight recorder's dumps;
+    # gloo writes none, so its ranks are ended once the report is in.
+    codes = finish(procs, 150 if gpus else 0)
+    t_end = time.time() - t0
+    save(out, "hang-watch", watch.stdout + watch.stderr)
+    verdict = (hangs / "no-progress").read_text() if (hangs / "no-progress").exists() else ""
+    problems = []
+    if not re.search(r"rank 1 on tjsc0002 in load_batch", watch.stdout):
+        problems.append("the report does not name rank 1 on tjsc0002 in load_batch")
+    if "rank 1" not in verdict:
+        problems.append(f"verdict: {verdict.strip()!r}")
+    detail = [f"report after {t_report:.0f} s: {verdict.strip()}",
+              f"launch ended after {t_end:.0f} s with {codes}"]
+    if gpus:
+        dumps = sorted(p.name for p in (hangs / "fr").iterdir())
+        detail.append(f"flight recorder dumps {dumps}")
+        if not dumps:
+            problems.append("no flight-recorder dump in the job's directory")
+        else:
+            fr = subprocess.run([PY, "-m", "torch.distributed.flight_recorder.fr_trace",
+                                 str(hangs / "fr"), "-p", "rank-", "--allow-incomplete-ranks"],
+                                capture_output=True, text=True, timeout=120)
+            save(out, "hang-fr-trace", fr.stdout + fr.stderr)
+            tail = (fr.stdout + fr.stderr).strip().splitlines()[-3:]
+            detail.append(f"fr_trace rc {fr.returncode}: {' | '.join(tail)}")
+    check("hang-nccl" if gpus else "hang-gloo", "FAIL" if problems else "PASS",
+          "; ".join(problems + detail))
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python3 scripts/gpu-check.py OUTDIR", file=sys.stderr)
+        return 2
+    out = Path(argv[0]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    gpus = gpu_count()
+    print(f"gpu-check: {gpus} GPU(s), python {sys.version.split()[0]}", flush=True)
+    if gpus:
+        cuda_probe(out)
+        device_rule(out)
+    else:
+        check("cuda-probe", "SKIP", "no GPU")
+        check("device-rule", "SKIP", "no GPU")
+    net = net_up(out)
+    try:
+        nccl_jsc(net, out, gpus)
+        bandwidth(net, out, gpus)
+        hang(net, out, gpus)
+    finally:
+        net_down()
+    failed = [name for name, verdict, _ in RESULTS if verdict == "FAIL"]
+    print(f"gpu-check: {len(RESULTS) - len(failed)} of {len(RESULTS)} passed or skipped; "
+          f"failed: {' '.join(failed) or 'none'}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
