@@ -1,6 +1,6 @@
 """What only a GPU machine can show (issues 20 and 21), in one run: docs/development/gpu-check.md.
 
-    sudo python3 scripts/gpu-check.py OUTDIR
+    sudo python3 scripts/gpu-check.py OUTDIR [--only NAME,...]
 
 Needs root (network namespaces), torch, `nsenter`/`unshare`, and `ip` or pyroute2. Without a
 usable GPU the same checks run with gloo on the CPU and the GPU-only ones say SKIP. Prints one
@@ -22,6 +22,10 @@ OUTDIR, and exits 1 if a check failed.
    progress deadline watcher (launcher.stacks watch) and flight recorder routing: the report
    names rank 1 and load_batch; with NCCL the watchdog's flight-recorder dumps land in the
    job's directory and torch's analyser reads them.
+6. numa-binding (GPU only): torchrun's --numa-binding=node and =exclusive through torchrun_jsc
+   (launch.numa_binding) start their worker on this torch.
+7. hook-cost (GPU only, a measurement): step time of bench/programs/steps.py (a matmul and an
+   NCCL all_reduce) without and with the stack hook and its progress thread, interleaved.
 """
 
 from __future__ import annotations
@@ -306,27 +310,108 @@ def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
           "; ".join(problems + detail))
 
 
+STEPS = str(ROOT / "bench" / "programs" / "steps.py")
+REPEATS = 3
+
+
+def steps_us(text: str) -> Optional[float]:
+    m = re.search(r"^STEPS .*per_step_us=([\d.]+)", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def hook_cost(net: jscnet.JscNet, out: Path, gpus: int) -> None:
+    """Step time (a 2048 matmul and an NCCL all_reduce over the two nodes) without the kit's
+    hook and with the hook and its progress thread looking every second (a deadline's period
+    is a tenth of it, at least 13 s): interleaved, medians, the ratio. A measurement, not a
+    verdict; on the CPU `make bench --only hangs` measures it."""
+    if not gpus:
+        check("hook-cost", "SKIP", "a GPU measurement (CPU: make bench --only hangs)")
+        return
+    hangs = out / "hooked"
+    for sub in ("hook", "stacks", "progress"):
+        (hangs / sub).mkdir(parents=True, exist_ok=True)
+    (hangs / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
+    (hangs / "progress" / "period").write_text("1\n")
+    hooked = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hangs}/hook:{ROOT}"}
+    runs: Dict[str, List[float]] = {"without": [], "hook": []}
+    for r in range(REPEATS):
+        for name, extra in (("without", {}), ("hook", hooked)):
+            env = launch_env(gpus, f"91{r}", extra)
+            for node in NODES:  # NCCL's INFO lines are not wanted here
+                env[node].pop("NCCL_DEBUG"), env[node].pop("NCCL_DEBUG_SUBSYS")
+            stem = f"cost-{name}-{r}"
+            codes = finish(start(net, torchrun_jsc([STEPS, "--steps", "5000"], free_port()),
+                                 env, out / f"{stem}.log"), 300)
+            us = steps_us(logs(out, stem)[NODES[0]])
+            if codes == [0, 0] and us is not None:
+                runs[name].append(us)
+    marks = sorted(p.name for p in (hangs / "progress").glob("rank-*"))
+    if len(runs["without"]) < REPEATS or len(runs["hook"]) < REPEATS or len(marks) != 2:
+        check("hook-cost", "FAIL", f"runs {runs}, progress marks {marks}")
+        return
+    base, hook = sorted(runs["without"])[1], sorted(runs["hook"])[1]
+    check("hook-cost", "PASS", f"per step {base:.1f} us without the hook, {hook:.1f} us with it "
+          f"and its progress thread (medians of {REPEATS}, interleaved): {hook / base:.3f}x; "
+          f"runs {runs}")
+
+
+def numa(out: Path, gpus: int) -> None:
+    """torchrun's --numa-binding (launch.numa_binding) through torchrun_jsc on this torch:
+    the worker runs, bound to the CPUs torch chose for the GPU's NUMA node."""
+    version = subprocess.run([PY, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, timeout=300).stdout.strip()
+    results = []
+    for mode in ("node", "exclusive"):
+        env = dict(jscnet._clean_env({"PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "0"}))
+        done = subprocess.run([PY, "-m", "launcher.torchrun_jsc", "--standalone",
+                               "--nproc_per_node=1", f"--numa-binding={mode}", STEPS,
+                               "--steps", "100"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        save(out, f"numa-{mode}", done.stdout + done.stderr)
+        line = re.findall(r"^STEPS .*", done.stdout, re.M)
+        results.append((mode, done.returncode, line[:1] or
+                        (done.stdout + done.stderr).strip().splitlines()[-1:]))
+    ok = all(rc == 0 and line and line[0].startswith("STEPS") for _, rc, line in results)
+    check("numa-binding", "PASS" if ok else "FAIL",
+          f"torch {version}, {os.cpu_count()} CPUs here: " + "; ".join(
+              f"--numa-binding={m}: rc {rc} {line}" for m, rc, line in results))
+
+
+LOCAL = ("cuda-probe", "device-rule", "numa-binding")
+NETWORK = ("nccl-jsc", "bandwidth", "hang", "hook-cost")
+USAGE = ("usage: python3 scripts/gpu-check.py OUTDIR [--only NAME,...]  (names: "
+         + ", ".join(LOCAL + NETWORK) + ")")
+
+
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python3 scripts/gpu-check.py OUTDIR", file=sys.stderr)
+    only = set(LOCAL + NETWORK)
+    if len(argv) == 3 and argv[1] == "--only":
+        only = set(argv[2].split(","))
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--only") \
+            or not only <= set(LOCAL + NETWORK):
+        print(USAGE, file=sys.stderr)
         return 2
     out = Path(argv[0]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     gpus = gpu_count()
     print(f"gpu-check: {gpus} GPU(s), python {sys.version.split()[0]}", flush=True)
-    if gpus:
-        cuda_probe(out)
-        device_rule(out)
-    else:
-        check("cuda-probe", "SKIP", "no GPU")
-        check("device-rule", "SKIP", "no GPU")
-    net = net_up(out)
-    try:
-        nccl_jsc(net, out, gpus)
-        bandwidth(net, out, gpus)
-        hang(net, out, gpus)
-    finally:
-        net_down()
+    for name in LOCAL:
+        if name not in only:
+            continue
+        if not gpus:
+            check(name, "SKIP", "no GPU")
+        else:
+            {"cuda-probe": cuda_probe, "device-rule": device_rule,
+             "numa-binding": lambda o: numa(o, gpus)}[name](out)
+    if only & set(NETWORK):
+        net = net_up(out)
+        try:
+            for name, run in (("nccl-jsc", nccl_jsc), ("bandwidth", bandwidth), ("hang", hang),
+                              ("hook-cost", hook_cost)):
+                if name in only:
+                    run(net, out, gpus)
+        finally:
+            net_down()
     failed = [name for name, verdict, _ in RESULTS if verdict == "FAIL"]
     print(f"gpu-check: {len(RESULTS) - len(failed)} of {len(RESULTS)} passed or skipped; "
           f"failed: {' '.join(failed) or 'none'}", flush=True)

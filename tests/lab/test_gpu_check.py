@@ -23,11 +23,13 @@ def test_gpu_check_script_passes_here(tmp_path):
                           capture_output=True, text=True, timeout=900)
     checks = dict(re.findall(r"^CHECK (\S+) (PASS|FAIL|SKIP):", done.stdout, re.M))
     if gpus():
-        want = {"cuda-probe": "PASS", "device-rule": "PASS", "nccl-jsc": "PASS",
-                "bandwidth": "PASS", "hang-nccl": "PASS"}
+        want = {"cuda-probe": "PASS", "device-rule": "PASS", "numa-binding": "PASS",
+                "nccl-jsc": "PASS", "bandwidth": "PASS", "hang-nccl": "PASS",
+                "hook-cost": "PASS"}
     else:
-        want = {"cuda-probe": "SKIP", "device-rule": "SKIP", "gloo-jsc": "PASS",
-                "bandwidth": "PASS", "hang-gloo": "PASS"}
+        want = {"cuda-probe": "SKIP", "device-rule": "SKIP", "numa-binding": "SKIP",
+                "gloo-jsc": "PASS", "bandwidth": "PASS", "hang-gloo": "PASS",
+                "hook-cost": "SKIP"}
     assert (done.returncode, checks) == (0, want), done.stdout + done.stderr[-3000:]
     hang = next(line for line in done.stdout.splitlines() if line.startswith("CHECK hang-"))
     assert "rank 1 on tjsc0002 in load_batch" in hang, hang
