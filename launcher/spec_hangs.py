@@ -6,7 +6,8 @@ stack hook sees in each rank: a collective issued in any process group, or a cal
 ``launcher.progress()`` (docs/guide/hangs.md). Refused: a value below the rendezvous store's
 read timeout (the kit's own allowance for one wait on the store), not below the join timeout
 when torchrun restarts workers (the agents meet again while no rank runs), not below the time
-limit, and in the modes whose ranks do not use torch.distributed.
+limit, and in the modes whose ranks do not use torch.distributed (the mode's
+``no_progress_hook`` says why).
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from launcher.model import Job, Launch
+from launcher.modes import mode_for
 from launcher.modes.common import rdzv_timeouts
 from launcher.spec_requeue import _TIME, time_seconds
 from launcher.yamlread import Reader
 
 KEY = "launch.hang_timeout"
-# Their ranks' collectives are not torch.distributed's (horovod) or there are no ranks the
-# hook can arm (ray's workers): no progress to observe.
-NOT_IN_MODES = {"horovod": "horovod's collectives are not torch.distributed's",
-                "ray": "Ray's workers are not ranks the kit's hook can watch"}
 _ACCEPTED = "seconds (e.g. 1800) or a Slurm time such as 30:00"
 
 
@@ -30,10 +28,10 @@ def load_hang_timeout(r: Reader, value: Any, job: Job, launch: Launch) -> Option
     """Validated seconds, or None when absent or false."""
     if value is None or value is False:
         return None
-    if launch.mode in NOT_IN_MODES:
+    unwatched = mode_for(launch.mode).no_progress_hook
+    if unwatched:
         raise r.fail(KEY, f"means nothing in mode {launch.mode!r}: progress is observed "
-                     f"through torch.distributed's collectives, and {NOT_IN_MODES[launch.mode]}",
-                     value)
+                     f"through torch.distributed's collectives, and {unwatched}", value)
     if isinstance(value, str):
         if not _TIME.match(value):
             raise r.fail(KEY, f"must be {_ACCEPTED}", value)

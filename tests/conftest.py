@@ -1,7 +1,7 @@
 """The ring of every test is its folder: tests/unit is ring 1 (pure), tests/fakes ring 2
 (rendered scripts and local processes under recording fakes), tests/lab ring 3 (real Slurm,
 Apptainer, Enroot, torch; root). tests/helpers holds what is not a test (the fakes, the lab's
-network and faults, programs the tests run).
+network and faults, the lab tests' shared steps, programs the tests run).
 
 Shared fixtures. `cluster`: the local Slurm cluster (scripts/cluster.sh up, idempotent), for
 ring 3; `shared_tmp`: a directory the lab's nodes see."""

@@ -103,6 +103,9 @@ class LaunchMode:
     keys: ClassVar[Mapping[str, str]] = {}
     default_command: ClassVar[Tuple[str, ...]] = ()  # launch.command when the spec has none
     one_agent: ClassVar[bool] = False  # one launcher per node starts procs_per_node workers
+    # Why the stack hook sees no progress in this mode's ranks ("" where it does: ranks
+    # whose collectives are torch.distributed's): launch.hang_timeout is refused with it.
+    no_progress_hook: ClassVar[str] = ""
 
     def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> Any:
         """Validate this mode's own keys (beyond the shared Launch fields) into its typed

@@ -28,6 +28,7 @@ class Horovod(LaunchMode):
         "mpi": "it chooses how horovod's MPI ranks start",
         "mpi_plugin": "it is srun's --mpi=PLUGIN for horovod's MPI ranks",
     }
+    no_progress_hook = "horovod's collectives are not torch.distributed's"
 
     def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> HorovodOptions:
         mpi = r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))

@@ -49,6 +49,7 @@ class Ray(LaunchMode):
     }
     default_command = AGENT
     one_agent = True
+    no_progress_hook = "Ray's workers are not ranks the kit's hook can watch"
 
     def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> RayOptions:
         memory = m.get("object_store_memory")

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from launcher.net.probe import socket_env
 from launcher.node.procs import PROG, Stop, raise_stop, start, stop
 from launcher.torchrun_jsc.addresses import LaunchError, address_family, candidates
 from launcher.torchrun_jsc.decide import Endpoint
@@ -188,10 +189,10 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 def ray_env(env: Mapping[str, str], opts: Options, node: Node, temp_dir: str) -> Dict[str, str]:
     """The environment of `ray start` (and so of every Ray worker on the node) and the driver.
 
-    The user's values win: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, MASTER_ADDR."""
+    The user's values win: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME (launcher/net's rule,
+    ``probe.socket_env``), MASTER_ADDR."""
     out = dict(env)
-    out.setdefault("GLOO_SOCKET_IFNAME", node.ifname)
-    out.setdefault("NCCL_SOCKET_IFNAME", "=" + out["GLOO_SOCKET_IFNAME"].lstrip("="))
+    out.update(socket_env(env, node.ifname))
     out.setdefault("MASTER_ADDR", opts.head.host)
     out["RAY_ADDRESS"] = str(opts.head)
     out["RAY_TMPDIR"] = temp_dir

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
 from launcher.net.addresses import LaunchError, candidates, is_loopback
+from launcher.net.probe import socket_env
 
 DEFAULT_PORT = 29400  # torch's c10d default port (c10d_rendezvous_backend.DEFAULT_PORT)
 MIN_TORCH = (1, 9)  # the first torch with torchrun; the one place this minimum is written
 MIN_TORCH_TEXT = "%d.%d" % MIN_TORCH
-SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 _TRUE = {"1", "true", "yes", "y", "on"}
 _FALSE = {"0", "false", "no", "n", "off"}
 _HOST_RE = re.compile(r"^[\w.:%-]+$")
@@ -230,14 +230,14 @@ def _decide_local_addr(req: Request, net: NetFacts) -> Tuple[Optional[str], str]
 
 def _worker_env(req: Request, net: NetFacts,
                 local_addr: Optional[str]) -> Tuple[Tuple[str, str], ...]:
-    """The socket interface for the workers, where the user set none. NCCL matches
-    NCCL_SOCKET_IFNAME as a prefix (ib0 would match ib01 too): ``=NAME`` is its exact form;
-    gloo takes a plain name."""
+    """The socket interface for the workers, where the user set none, by the one rule of
+    launcher/net (``probe.socket_env``: gloo a plain name, NCCL its exact form ``=NAME``, a
+    GLOO_SOCKET_IFNAME of yours is NCCL's too). Only when local_addr is the address found
+    on that interface."""
     ifname = net.source_ifname
     if not ifname or ifname == "lo" or local_addr != net.source_addr:
         return ()
-    values = {"GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": f"={ifname}"}
-    return tuple((v, values[v]) for v in SOCKET_IFNAME_VARS if not req.env.get(v))
+    return tuple(socket_env(req.env, ifname))
 
 
 def decide(req: Request, net: NetFacts) -> Decision:

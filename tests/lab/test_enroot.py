@@ -20,6 +20,7 @@ import yaml
 
 from launcher.jobscript import render_jobscript
 from launcher.spec import parse_spec
+from tests.helpers.labjobs import make
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
@@ -40,9 +41,7 @@ def sqsh() -> Path:
         pytest.fail(f"{' and '.join(missing)} not installed: run `sudo bash "
                     "scripts/enroot-setup.sh` (needs the lab's ../shared/tools/enroot-pyxis), "
                     "then restart the cluster", pytrace=False)
-    p = subprocess.run(["make", "enroot-image"], capture_output=True, text=True, timeout=2400,
-                       cwd=REPO, check=False)
-    assert p.returncode == 0, f"make enroot-image failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
+    make("enroot-image")
     return REPO / "image.sqsh"
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.labjobs import make
+
 REPO = Path(__file__).resolve().parents[2]
 PY = str(Path(os.environ.get("VENV", REPO / ".venv")) / "bin" / "python")
 
@@ -77,9 +79,7 @@ def stacks(job_id: str, deadline: float) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def image() -> Path:
-    p = subprocess.run(["make", "image"], capture_output=True, text=True, timeout=2400,
-                       cwd=REPO, check=False)
-    assert p.returncode == 0, f"make image failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    make("image")
     return REPO / "image.sif"
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.labjobs import make
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 300
@@ -20,9 +21,7 @@ JOB_TIMEOUT_S = 300
 
 @pytest.fixture(scope="module")
 def horovod_image() -> Path:
-    p = subprocess.run(["make", "horovod-image"], capture_output=True, text=True, timeout=2400,
-                       cwd=REPO, check=False)
-    assert p.returncode == 0, f"make horovod-image failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    make("horovod-image")
     return REPO / "horovod.sif"
 
 
@@ -58,9 +57,7 @@ def test_horovod_under_pyxis(cluster, horovod_image, shared_tmp):
     from launcher.jobscript import render_jobscript
     from launcher.spec import parse_spec
 
-    p = subprocess.run(["make", "horovod-enroot-image"], capture_output=True, text=True,
-                       timeout=1200, cwd=REPO, check=False)
-    assert p.returncode == 0, f"make horovod-enroot-image failed:\n{p.stdout[-3000:]}{p.stderr[-3000:]}"
+    make("horovod-enroot-image", timeout=1200)
     spec = yaml.safe_load((REPO / "jobs/horovod_container.yaml").read_text())
     spec["runtime"] = {"kind": "pyxis", "image": str(REPO / "horovod.sqsh")}
     spec["job"]["node_output"] = None

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.labjobs import make
+
 REPO = Path(__file__).resolve().parents[2]
 PY = os.environ.get("VENV", str(REPO / ".venv")) + "/bin/python"
 JOB_TIMEOUT_S = 300
@@ -28,13 +30,6 @@ def run_checked_in(cluster, shared_tmp: Path, jobfile: Path, name: str | None = 
         log.unlink()
     print(f"{jobfile.name}: job {res.job_id} {res.state} submit->done {res.elapsed_s:.1f} s")
     return res
-
-
-def make(target: str, timeout: float = 2400) -> None:
-    """Build (or find up to date) an image with the project's own target; fail, never skip."""
-    p = subprocess.run(["make", target], capture_output=True, text=True, timeout=timeout,
-                       cwd=REPO, check=False)
-    assert p.returncode == 0, f"make {target} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from tests.conftest import load_slurmjob
-from tests.lab.test_jobs import make
+from tests.helpers.labjobs import make
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = os.environ.get("VENV", str(REPO / ".venv"))

@@ -69,11 +69,21 @@ def test_too_small_for_the_rendezvous_or_too_big_for_the_time_limit():
         "time limit comes first, got 3600")
 
 
-def test_not_in_modes_without_torch_distributed():
-    for mode in ("horovod", "ray"):
-        text = refusal(f"{{mode: {mode}, hang_timeout: 600}}")
-        assert text.startswith(f"h.yaml: launch.hang_timeout: means nothing in mode '{mode}': "
-                               "progress is observed through torch.distributed's collectives"), text
+@pytest.mark.parametrize("mode, why", [
+    ("horovod", "horovod's collectives are not torch.distributed's"),
+    ("ray", "Ray's workers are not ranks the kit's hook can watch"),
+])
+def test_not_in_modes_without_torch_distributed(mode, why):
+    assert refusal(f"{{mode: {mode}, hang_timeout: 600}}") == (
+        f"h.yaml: launch.hang_timeout: means nothing in mode '{mode}': progress is observed "
+        f"through torch.distributed's collectives, and {why}, got 600")
+
+
+def test_modes_say_whether_the_hook_sees_progress():
+    """The refusal comes from the mode (no_progress_hook), not from a list of names."""
+    from launcher.modes import MODES
+    refused = {name for name, mode in MODES.items() if mode.no_progress_hook}
+    assert refused == {"horovod", "ray"}
 
 
 def test_cli_check_prints_the_line(tmp_path, capsys):

@@ -138,6 +138,11 @@ def test_env_user_values_win():
     assert env["RAY_AUTH_MODE"] == "disabled"
     assert ray_node.ray_env({"RAY_AUTH_MODE": "token"}, opts(), node, "/t")["RAY_AUTH_MODE"] \
         == "token"
+    # launcher/net's one rule: your GLOO_SOCKET_IFNAME is NCCL's too; empty counts as unset.
+    env = ray_node.ray_env({"GLOO_SOCKET_IFNAME": "eth1"}, opts(), node, "/t")
+    assert env["GLOO_SOCKET_IFNAME"] == "eth1" and env["NCCL_SOCKET_IFNAME"] == "=eth1"
+    env = ray_node.ray_env({"GLOO_SOCKET_IFNAME": ""}, opts(), node, "/t")
+    assert env["GLOO_SOCKET_IFNAME"] == "jwb0002i" and env["NCCL_SOCKET_IFNAME"] == "=jwb0002i"
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -147,8 +147,12 @@ def test_socket_ifname_set_only_when_unset():
         "GLOO_SOCKET_IFNAME": "jwb0002i", "NCCL_SOCKET_IFNAME": "=jwb0002i"}
     d = decide(req({"NCCL_SOCKET_IFNAME": "ib0"}), PEER_NET)
     assert dict(d.worker_env) == {"GLOO_SOCKET_IFNAME": "jwb0002i"}
+    # Your GLOO_SOCKET_IFNAME is NCCL's too (launcher/net's one rule, as in the task scripts).
     d = decide(req({"GLOO_SOCKET_IFNAME": "eth1"}), PEER_NET)
-    assert dict(d.worker_env) == {"NCCL_SOCKET_IFNAME": "=jwb0002i"}
+    assert dict(d.worker_env) == {"NCCL_SOCKET_IFNAME": "=eth1"}
+    d = decide(req({"GLOO_SOCKET_IFNAME": "", "NCCL_SOCKET_IFNAME": ""}), PEER_NET)
+    assert dict(d.worker_env) == {"GLOO_SOCKET_IFNAME": "jwb0002i",
+                                  "NCCL_SOCKET_IFNAME": "=jwb0002i"}  # empty counts as unset
     assert decide(req(endpoint="localhost:1"), LOOP_NET).worker_env == ()
 
 
