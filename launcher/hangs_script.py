@@ -160,13 +160,26 @@ def watch_lines(spec: JobSpec) -> List[str]:
             join(argv) + " &", "hang_watch_pid=$!"]
 
 
+# After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
+# they are and the command that says which rank never joined which collective. torch's
+# analyser needs torch, which is in the image, not on the batch node: so the command, not its
+# output (docs/guide/hangs.md; scripts/gpu-check.py ran it on NCCL's dumps).
+FR_NOTICE = """
+if [ "$launch_rc" -ne 0 ] && [ -n "$(ls -A -- "$hangs_dir/fr" 2>/dev/null)" ]; then
+    echo "job ${SLURM_JOB_ID}: flight recorder: $(ls -- "$hangs_dir/fr" | wc -l) rank dumps in" \\
+        "$hangs_dir/fr; which rank missed which collective: python3 -m" \\
+        "torch.distributed.flight_recorder.fr_trace $hangs_dir/fr -p rank- (in the image)" >&2
+fi"""
+
+
 def after_launch(spec: JobSpec) -> str:
-    """After the launch was waited for: stop the watcher; if it ended the job, its line last
-    and exit 124. Empty without launch.hang_timeout."""
+    """After the launch was waited for: the flight recorder's dumps named (FR_NOTICE); with
+    launch.hang_timeout, stop the watcher and, if it ended the job, its line last and exit
+    124."""
     if spec.launch.hang_timeout is None:
-        return ""
+        return FR_NOTICE
     verdict = f'"$hangs_dir/{stacks.VERDICT}"'
-    return f"""
+    return FR_NOTICE + f"""
 kill "$hang_watch_pid" 2>/dev/null || true
 if [ -s {verdict} ]; then
     cat -- {verdict} >&2

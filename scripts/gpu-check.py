@@ -13,7 +13,7 @@ OUTDIR, and exits 1 if a check failed.
 2. device-rule: examples/distributed_sum.py as psslurm starts a second task (LOCAL_RANK=1,
    one GPU visible) runs on cuda:0 with NCCL; with GPUs requested but hidden it refuses with
    one line instead of running on the CPU.
-3. nccl-jsc: two nodes in network namespaces named as on JSC (tests/helpers/jscnet:
+3. nccl-jsc: two nodes in network namespaces named as on JSC (tests/helpers/jscnet.py:
    tjsc0001 reachable only as tjsc0001i), torchrun_jsc on both, one worker each on the same
    GPU (NCCL_HOSTID per node: NCCL takes them for two hosts and uses its network transport),
    NCCL_DEBUG=INFO: NCCL must use the `i` interface from the kit's NCCL_SOCKET_IFNAME==NAME.

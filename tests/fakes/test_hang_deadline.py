@@ -22,6 +22,7 @@ import launcher
 from launcher import hangs_script, stacks, stacks_hook
 from tests.helpers.cluster import Cluster
 from tests.fakes.test_hangs import JOB, REPO, hook_env
+from tests.helpers.hangprog import STUCK, WAITING
 
 BASE = "job: {nodes: 4, time: '1:00:00'}\nsite: jsc\nprogram: [python3, t.py]\n"
 
@@ -126,10 +127,10 @@ def test_real_gloo_ranks_watched_until_the_deadline(progress_dir, tmp_path):
         assert w.returncode == 0, w.stdout + w.stderr
         assert len(list(ready.iterdir())) == 4, w.stdout  # every rank was where it stays
         assert "no progress for 3" in w.stdout.splitlines()[0], w.stdout
-        assert "stacks: 3 ranks in all_reduce at hang_ranks.py:26; rank 3 on " in w.stdout
+        assert f"stacks: 3 ranks in all_reduce at {WAITING}; rank 3 on " in w.stdout
         line = (progress_dir / "no-progress").read_text()
         assert line.startswith("no progress for 30 s: rank 3 on "), line
-        assert line.endswith(" in load_batch at hang_ranks.py:14, 1 collective behind the "
+        assert line.endswith(f" in load_batch at {STUCK}, 1 collective behind the "
                              "other 3; job ended\n"), line
         marks = stacks.read_marks(str(progress_dir))
         assert sorted(m["world"] for m in marks.values()) == [1, 2, 2, 2], marks

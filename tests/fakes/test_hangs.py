@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher import hangs_script, stacks, stacks_hook
+from tests.helpers.hangprog import STUCK, WAITING
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,9 +123,9 @@ def test_real_gloo_ranks_one_stuck(hookdir, tmp_path):
             first = rep.stdout.splitlines()[0]
             if first.startswith("stacks: 3 ranks in all_reduce") or time.monotonic() > deadline:
                 break
-        assert first.startswith("stacks: 3 ranks in all_reduce at hang_ranks.py:26; rank 3 on "), \
+        assert first.startswith(f"stacks: 3 ranks in all_reduce at {WAITING}; rank 3 on "), \
             rep.stdout
-        assert first.endswith(" in load_batch at hang_ranks.py:14"), rep.stdout
+        assert first.endswith(f" in load_batch at {STUCK}"), rep.stdout
         assert p.poll() is None  # the dumps did not end the job
     finally:
         # torchrun's workers have sessions of their own: end them by the pids found.
@@ -132,3 +133,21 @@ def test_real_gloo_ranks_one_stuck(hookdir, tmp_path):
             os.kill(pid, signal.SIGKILL)
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+@pytest.mark.parametrize("rc, dumps, said", [(1, ["rank-0", "rank-1"], True), (0, ["rank-0"], False),
+                                            (134, [], False)])
+def test_failed_launch_names_the_flight_recorder_dumps(tmp_path, rc, dumps, said):
+    """The jobscript's lines after the launch (hangs_script.FR_NOTICE), run by bash: a failed
+    launch with dumps in fr/ says where they are and how to read them; otherwise nothing."""
+    (tmp_path / "fr").mkdir()
+    for name in dumps:
+        (tmp_path / "fr" / name).write_text("x")
+    done = subprocess.run(["bash", "-euc", hangs_script.FR_NOTICE], capture_output=True,
+                          text=True, timeout=30, check=True,
+                          env={"PATH": os.environ["PATH"], "hangs_dir": str(tmp_path),
+                               "SLURM_JOB_ID": "77", "launch_rc": str(rc)})
+    want = (f"job 77: flight recorder: {len(dumps)} rank dumps in {tmp_path}/fr; which rank "
+            f"missed which collective: python3 -m torch.distributed.flight_recorder.fr_trace "
+            f"{tmp_path}/fr -p rank- (in the image)\n") if said else ""
+    assert (done.stdout, done.stderr) == ("", want)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.hangprog import STUCK
 from tests.helpers.labjobs import make
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,7 +157,7 @@ def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
     assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in out, out
     last = [line for line in out.splitlines() if line.startswith("no progress for ")]
     assert last == [f"no progress for {DEADLINE_S} s: rank 3 on jwb0002 in load_batch at "
-                    "hang_ranks.py:14, 1 collective behind the other 3; job ended"], out
+                    f"{STUCK}, 1 collective behind the other 3; job ended"], out
     assert "SIGURG" not in out  # ended by the deadline, not warned by the time limit
     assert (REPO / ".hangs" / res.job_id / "no-progress").read_text() == last[0] + "\n"
 
