@@ -26,7 +26,9 @@ every element; every element must be n(n+1)/2): a bandwidth of a wrong all_reduc
 worthless, so a wrong sum ends every rank with exit 1 and rank 0 prints one line saying
 where. ``--floor GBPS``: exit 3 with one line when the largest size's busbw is below it
 (on a GPU site the site's floor, e.g. ~80 % of the InfiniBand link rate). Bad arguments:
-one line, exit 2, before torch is imported.
+one line, exit 2, before torch is imported; with NCCL, two ranks on one GPU (NCCL refuses
+them): one line, exit 2 (the checks' Python objects travel over a gloo group, so this is
+said before NCCL is touched).
 """
 
 from __future__ import annotations
@@ -123,6 +125,30 @@ def wrong_sum(size: int, world: int, backend: str,
             f"elements wrong (first: {value}, expected {expected}); no bandwidth reported")
 
 
+def shared_gpu(placements: Sequence[Sequence[Any]]) -> Optional[str]:
+    """One line when two ranks use the same GPU (NCCL refuses that), from each rank's
+    ``(rank, host, GPU id or None)``; None when every rank has a GPU of its own."""
+    seen: Dict[Any, int] = {}
+    for rank, host, gpu in placements:
+        if gpu is None:
+            continue
+        if (host, gpu) in seen:
+            return (f"{PROG}: ranks {seen[(host, gpu)]} and {rank} share one GPU on {host}: "
+                    "NCCL needs a GPU per rank (start one process per GPU, e.g. "
+                    "--nproc_per_node=1 on a node with one GPU, or use --backend gloo)")
+        seen[(host, gpu)] = rank
+    return None
+
+
+def gpu_id(torch: Any, device: Any) -> Optional[str]:
+    """Which physical GPU ``device`` is (its UUID where torch tells it), or None on CPU."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return str(uuid) if uuid is not None else f"{visible}#{device.index}"
+
+
 def line(record: Mapping[str, Any]) -> str:
     return PREFIX + json.dumps(dict(record))
 
@@ -161,7 +187,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def _fill_and_check(torch: Any, dist: Any, buf: Any, rank: int, world: int) -> List[Any]:
+def _fill_and_check(dist: Any, meta: Any, buf: Any, rank: int, world: int) -> List[Any]:
     """All_reduce rank + 1 in every element; every rank's (rank, wrong count, first wrong)."""
     buf.fill_(rank + 1)
     dist.all_reduce(buf)
@@ -169,17 +195,19 @@ def _fill_and_check(torch: Any, dist: Any, buf: Any, rank: int, world: int) -> L
     count = int(wrong.sum().item())
     first = float(buf[wrong.nonzero()[0]].item()) if count else None
     bad: List[Any] = [None] * world
-    dist.all_gather_object(bad, (rank, count, first))
+    dist.all_gather_object(bad, (rank, count, first), group=meta)
     return bad
 
 
-def measure(torch: Any, dist: Any, device: Any, size: int, warmup: int, iters: int) -> Any:
-    """Seconds per all_reduce of ``size`` bytes on this rank, or the wrong-sum line."""
+def measure(torch: Any, dist: Any, meta: Any, device: Any, size: int, warmup: int,
+            iters: int) -> Any:
+    """Seconds per all_reduce of ``size`` bytes (the slowest rank's), or the wrong-sum line.
+    ``meta``: the gloo group that carries the checks' Python objects."""
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     cuda = device.type == "cuda"
     buf = torch.empty(size // ITEM_BYTES, dtype=torch.float32, device=device)
-    why = wrong_sum(size, world, backend, _fill_and_check(torch, dist, buf, rank, world))
+    why = wrong_sum(size, world, backend, _fill_and_check(dist, meta, buf, rank, world))
     if why:
         return why
     buf.zero_()  # the timed loop sums in place: zeros stay finite however many iterations
@@ -197,7 +225,7 @@ def measure(torch: Any, dist: Any, device: Any, size: int, warmup: int, iters: i
     elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64,
                            device=device)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
-    why = wrong_sum(size, world, backend, _fill_and_check(torch, dist, buf, rank, world))
+    why = wrong_sum(size, world, backend, _fill_and_check(dist, meta, buf, rank, world))
     return why or float(elapsed.item())
 
 
@@ -238,11 +266,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   "of one rank moves no bytes)", file=sys.stderr)
         dist.destroy_process_group()
         return EXIT_BAD_INPUT
-    hosts: List[Any] = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
+    # Python objects (hosts, the checks) go over gloo: NCCL would fail before it could say
+    # why (two ranks on one GPU) and stages every object through the GPU.
+    meta = None if backend == "gloo" else dist.new_group(backend="gloo")
+    placements: List[Any] = [None] * world
+    dist.all_gather_object(placements, (rank, socket.gethostname(), gpu_id(torch, device)),
+                           group=meta)
+    hosts = sorted({host for _, host, _ in placements})
+    why = shared_gpu(placements) if backend == "nccl" else None
+    if why:
+        if rank == 0:
+            print(why, file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        return EXIT_BAD_INPUT
     results = []
     for size in sizes:
-        got = measure(torch, dist, device, size, args.warmup, args.iters)
+        got = measure(torch, dist, meta, device, size, args.warmup, args.iters)
         if isinstance(got, str):
             if rank == 0:
                 print(got, file=sys.stderr, flush=True)
@@ -251,7 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         record = {"bytes": size, "world_size": world, "backend": backend,
                   "device": str(device), "time_s": float(f"{got:.6g}"),
                   **{k: float(f"{v:.4g}") for k, v in bandwidths(size, got, world).items()},
-                  "hosts": sorted(set(hosts)), "dtype": "float32", "iters": args.iters}
+                  "hosts": hosts, "dtype": "float32", "iters": args.iters}
         results.append(record)
         if rank == 0:
             print(line(record), flush=True)

@@ -95,6 +95,17 @@ def test_wrong_sum_names_the_ranks():
         "reported")
 
 
+def test_two_ranks_on_one_gpu_are_named():
+    """NCCL refuses a communicator with two ranks on one GPU: say so, in one line."""
+    own = [(0, "jwb0001", "GPU-a"), (1, "jwb0001", "GPU-b"), (2, "jwb0002", "GPU-a")]
+    assert bw.shared_gpu(own) is None  # the same GPU id on another host is another GPU
+    assert bw.shared_gpu([(0, "vm", None), (1, "vm", None)]) is None  # CPU ranks
+    assert bw.shared_gpu(own + [(3, "jwb0002", "GPU-a")]) == (
+        "allreduce_bw.py: ranks 2 and 3 share one GPU on jwb0002: NCCL needs a GPU per rank "
+        "(start one process per GPU, e.g. --nproc_per_node=1 on a node with one GPU, or use "
+        "--backend gloo)")
+
+
 def test_record_line_is_one_json_line():
     text = bw.line({"bytes": 4096, "hosts": ["a"]})
     assert text == 'ALLREDUCE_BW {"bytes": 4096, "hosts": ["a"]}' and "\n" not in text
