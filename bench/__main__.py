@@ -17,7 +17,7 @@ from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("launch", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
-            "container", "images", "scaling")
+            "container", "images", "scaling", "bandwidth")
 EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
 
 
@@ -44,9 +44,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sizes", default="2,4,8", help="node counts for the scaling section")
     ap.add_argument("--bw-mb", type=int, default=64)
+    ap.add_argument("--bw-floor", type=float, default=None, metavar="GBPS",
+                    help="bandwidth section: examples/allreduce_bw.py's --floor (GB/s)")
     a = ap.parse_args()
-    from bench import cluster_bench, doctor_bench, hangs_bench, image_bench, launchers_bench, \
-        netns_bench
+    from bench import bandwidth_bench, cluster_bench, doctor_bench, hangs_bench, image_bench, \
+        launchers_bench, netns_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -63,6 +65,7 @@ def main() -> int:
         "images": lambda: image_bench.images(a.repeats),
         "scaling": lambda: netns_bench.with_network(
             max(sizes), lambda r: netns_bench.scaling(r, sizes, a.repeats)),
+        "bandwidth": lambda: bandwidth_bench.bandwidth(a.repeats, a.bw_floor),
     }
     titles = {"launch": "Launch latency",
               "launchers": "Launch latency per launcher (the same program under each)",
@@ -73,7 +76,8 @@ def main() -> int:
               "doctor-faults": "Faults: the doctor vs the job without preflight",
               "hangs": "Hangs (launch.hang_timeout: step time, hang -> report)",
               "container": "Container overhead", "images": "Images",
-              "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)"}
+              "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)",
+              "bandwidth": "all_reduce bus bandwidth per node pair (gloo, allreduce_bw.py)"}
     report = [f"# Bench results\n\nMachine: {machine()}\n"]
     for name in a.only or SECTIONS:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)

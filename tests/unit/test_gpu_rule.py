@@ -89,7 +89,8 @@ def test_select_device_refuses_a_cuda_torch_without_cuda():
     assert str(err.value).startswith("GPUs were requested (CUDA_VISIBLE_DEVICES=0)")
 
 
-@pytest.mark.parametrize("example", ["ddp_train.py", "distributed_sum.py", "submitit_sum.py"])
+@pytest.mark.parametrize("example", ["ddp_train.py", "distributed_sum.py", "submitit_sum.py",
+                                     "allreduce_bw.py"])
 def test_examples_use_the_rule_and_no_cuda_index_of_their_own(example):
     text = (ROOT / "examples" / example).read_text()
     ast.parse(text)
