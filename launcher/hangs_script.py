@@ -165,8 +165,9 @@ def watch_lines(spec: JobSpec) -> List[str]:
 # analyser needs torch, which is in the image, not on the batch node: so the command, not its
 # output (docs/guide/hangs.md; scripts/gpu-check.py ran it on NCCL's dumps).
 FR_NOTICE = """
-if [ "$launch_rc" -ne 0 ] && [ -n "$(ls -A -- "$hangs_dir/fr" 2>/dev/null)" ]; then
-    echo "job ${SLURM_JOB_ID}: flight recorder: $(ls -- "$hangs_dir/fr" | wc -l) rank dumps in" \\
+fr_dumps=("$hangs_dir"/fr/*)
+if [ "$launch_rc" -ne 0 ] && [ -e "${fr_dumps[0]}" ]; then
+    echo "job ${SLURM_JOB_ID}: flight recorder: ${#fr_dumps[@]} rank dumps in" \\
         "$hangs_dir/fr; which rank missed which collective: python3 -m" \\
         "torch.distributed.flight_recorder.fr_trace $hangs_dir/fr -p rank- (in the image)" >&2
 fi"""
