@@ -11,10 +11,12 @@
 #     the pyxis plugin and /etc/slurm/plugstack.conf.d/pyxis.conf (slurmd and srun load it at
 #     start: restart the cluster if it was up: cluster.sh down && cluster.sh up);
 #   - /etc/enroot/enroot.conf.d/90-torchrun-jsc-lab.conf: every node's Enroot paths under its
-#     own /tmp, per user. pyxis removes ENROOT_DATA_PATH & co. from the job's environment
-#     before it runs enroot, so only Enroot's config can give the nodes separate paths (the
-#     nodes share every other directory of this machine; two nodes unpacking into one
-#     directory fail with "create_inode: ... File exists");
+#     own /tmp, per user, as a site's enroot.conf sets them. pyxis removes ENROOT_DATA_PATH &
+#     co. from the job's environment before it runs enroot, and the enroot runtime exports
+#     none unless the spec sets runtime.data_path (the data path is the site's), so only
+#     Enroot's config gives the nodes separate paths (the nodes share every other directory of
+#     this machine; two nodes unpacking into one directory fail with "create_inode: ... File
+#     exists"; Enroot's default, ~/.local/share/enroot, is such a shared directory here);
 #   - /etc/enroot/hooks.d/50-slurm-pmi.sh: Enroot's own PMI hook from /usr/share/enroot, as
 #     PMIx sites enable it (Horovod under pyxis with srun --mpi=pmix needs it);
 #   - /usr/local/bin/nvidia-container-cli, only when none is installed: the lab's nodes have

@@ -216,17 +216,56 @@ def rdma_cell(hcas, f, conf):
     return cell(True, "%s, verbs" % " ".join(hcas), "providers: " + " ".join(provs))
 
 
-def space(conf, env):
-    path = env.get("ENROOT_DATA_PATH")
-    if conf["runtime"] != "enroot" or not path:
+RAM_FS = ("tmpfs", "ramfs")
+
+
+def fs_type(path, mounts):
+    """The filesystem type of ``path`` from /proc/self/mounts text: the longest mount point
+    that holds it (the last mounted of equal ones), '' when none does."""
+    best, kind = "", ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        inside_it = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
+        if inside_it and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def data_path(conf, env):
+    """Enroot's data path on this node, asked the way the set-up asks it (the kit's
+    enroot_data_path, launcher/runtimes/enroot_scripts.py: `enroot info`, else Enroot's rule)."""
+    got = subprocess.run(["bash", "-c", conf["enroot_data"]], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True,
+                         timeout=conf.get("timeout", 5.0))
+    return got.stdout.strip() if got.returncode == 0 else ""
+
+
+def space(conf, env, mounts_file="/proc/self/mounts"):
+    """Free space at Enroot's data path against 3x the squashfs; a cross on tmpfs (RAM)."""
+    if conf["runtime"] != "enroot":
         return cell(None)
-    probe = path
+    try:
+        path = data_path(conf, env)
+    except subprocess.TimeoutExpired:
+        return cell(False, "", "Enroot's data path: no answer within %g s" % conf.get("timeout", 5.0))
+    if not path:
+        return cell(False, "", "cannot tell Enroot's data path (enroot info, its enroot.conf)")
+    probe = os.path.realpath(path)
     while not os.path.exists(probe) and probe not in ("/", ""):
         probe = os.path.dirname(probe)
     st = os.statvfs(probe)
     free = st.f_bavail * st.f_frsize
     need = 3 * os.path.getsize(conf["image"]) if os.path.isfile(conf["image"]) else 0
-    value = "%.1f GiB free at %s" % (free / 2 ** 30, probe)
+    value = "%.1f GiB free at %s" % (free / 2 ** 30, path)
+    with open(mounts_file) as f:
+        kind = fs_type(probe, f.read())
+    if kind in RAM_FS:
+        return cell(False, "%s (%s)" % (path, kind), "Enroot's data path is in RAM: every "
+                    "unpacked image takes node memory, also after the job; set runtime.data_path "
+                    "(or the site's ENROOT_DATA_PATH in enroot.conf) to node-local disk")
     if free < need:
         return cell(False, value, "need %.1f GiB (3x the squashfs) to unpack it" % (need / 2 ** 30))
     return cell(True, value)

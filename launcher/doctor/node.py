@@ -281,5 +281,5 @@ def _side_checks(conf, wrap, env):
     try:
         out["space"] = space(conf, env)
     except OSError as exc:
-        out["space"] = cell(False, env.get("ENROOT_DATA_PATH"), exc.strerror or exc)
+        out["space"] = cell(False, exc.filename or "", exc.strerror or exc)
     return out

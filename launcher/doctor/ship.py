@@ -15,6 +15,7 @@ from typing import List, Literal
 from launcher import shipped
 from launcher.model import JobSpec
 from launcher.runtimes import ContainerRuntime, node_srun
+from launcher.runtimes.enroot_scripts import DATA_PATH_FN
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
 from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
@@ -39,6 +40,8 @@ def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
         "min_torch": MIN_TORCH_TEXT if launcher and "torchrun" in launcher.rsplit("/", 1)[-1]
         else None,
         "timeout": 5.0, "start_timeout": 10.0, "deadline": 12.0, "max_skew": 2.0,
+        # space: the data path as the Enroot set-up asks it (one rule, run by bash on the node)
+        "enroot_data": DATA_PATH_FN + "\nenroot_data_path" if rt.kind == "enroot" else None,
     }
 
 
@@ -59,6 +62,8 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     stmts: List[Statement] = [
         Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
         Assign("doctor_py", node_script()),
+        *([Raw("# shellcheck disable=SC2016  # enroot_data_path, run by bash on each node")]
+          if runtime.kind == "enroot" else []),
         Assign("doctor_conf", conf),
     ]
     head = ["# Preflight (launch.preflight): the checks of `python -m launcher doctor` on every",

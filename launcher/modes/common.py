@@ -155,11 +155,20 @@ class TorchrunOptions:
     """The options of the modes that start torchrun_jsc per node (torchrun, mpirun_torchrun)."""
 
     max_restarts: int = 0  # torchrun's --max_restarts
+    numa_binding: Optional[str] = None  # torchrun's --numa-binding (torch >= 2.9); None: off
+
+
+# torchrun's --numa-binding modes (torch.numa.binding.AffinityMode, torch 2.9 to 2.13): each
+# worker bound to CPUs near the GPU of its local rank; torch runs it through numactl.
+NUMA_BINDINGS = ("node", "socket", "exclusive", "core-complex")
 
 
 def torchrun_options(r: Reader, m: Mapping[str, Any]) -> TorchrunOptions:
-    return TorchrunOptions(max_restarts=r.integer("launch.max_restarts",
-                                                  m.get("max_restarts", 0), 0, 1000))
+    numa = m.get("numa_binding")
+    return TorchrunOptions(
+        max_restarts=r.integer("launch.max_restarts", m.get("max_restarts", 0), 0, 1000),
+        numa_binding=None if numa is None else r.choice("launch.numa_binding", numa,
+                                                        NUMA_BINDINGS))
 
 
 def torchrun_argv(spec: JobSpec) -> List[Token]:
@@ -169,8 +178,9 @@ def torchrun_argv(spec: JobSpec) -> List[Token]:
     return [*command_argv(spec), word("--nnodes=", NNODES),
             f"--nproc_per_node={launch.procs_per_node}", "--rdzv_backend=c10d",
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
-            rdzv_conf_arg(spec), f"--max_restarts={options.max_restarts}", "--no-python",
-            *program_argv(spec)]
+            rdzv_conf_arg(spec), f"--max_restarts={options.max_restarts}",
+            *([f"--numa-binding={options.numa_binding}"] if options.numa_binding else []),
+            "--no-python", *program_argv(spec)]
 
 
 def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
@@ -217,6 +227,7 @@ PER_NODE_KEYS = {
 TORCHRUN_KEYS = {
     **PER_NODE_KEYS,
     "max_restarts": "it is torchrun's --max_restarts ({modes})",
+    "numa_binding": "it is torchrun's --numa-binding ({modes})",
 }
 
 

@@ -1,6 +1,7 @@
 """Runtime enroot: the kit creates the container from a squashfs once per node (``enroot
 create``, launcher/runtimes/enroot_scripts.py SETUP) and starts each task in it (``enroot
-start``, forwarding the task's variables by name: Enroot passes none by itself).
+start``, forwarding the task's variables by name: Enroot passes none by itself). The data
+path is Enroot's own (the site's enroot.conf) unless ``runtime.data_path`` sets one.
 
 Images: a local squashfs file only (``enroot create`` reads nothing else; registry images
 are imported first, or run with pyxis). Binds are ``--mount SRC:DST:FLAGS``, split on ':'
@@ -39,10 +40,13 @@ class Enroot(ContainerRuntime):
 
     def batch_lines(self) -> List[Statement]:
         out: List[Statement] = self.cwd_guard()
-        path, lines = enroot_scripts.data_path_word(self.config.data_path
-                                                    or enroot_scripts.DEFAULT_DATA_PATH)
-        out += [Raw(line) for line in lines]
-        out.append(Assign("ENROOT_DATA_PATH", path, export=True))
+        if self.config.data_path:  # else Enroot's own config decides (the site's enroot.conf)
+            path, lines = enroot_scripts.data_path_word(self.config.data_path)
+            out += [Raw(line) for line in lines]
+            out.append(Assign("ENROOT_DATA_PATH", path, export=True))
+        else:
+            out.append(Raw("# ENROOT_DATA_PATH: Enroot's config decides (the site's enroot.conf, else "
+                           "~/.local/share/enroot); runtime.data_path sets it"))
         out += gpu_lines(self.spec) + cache_lines()
         out += stamped_name(self.config.container_name, self.config.image)
         run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \

@@ -23,7 +23,6 @@ MOUNT_RULE = BindRule(":,", whitespace=True)
 PLACEHOLDERS = {"user": Var("enroot_user"), "uid": Var("enroot_uid"),
                 "job_id": Var("SLURM_JOB_ID")}
 PLACEHOLDER_LINES = {"user": 'enroot_user="$(id -un)"', "uid": 'enroot_uid="$(id -u)"'}
-DEFAULT_DATA_PATH = "/tmp/enroot-{uid}/data"  # node-local and per user; the lock lives there
 _FIELD = re.compile(r"\{([^{}]*)\}")
 
 
@@ -52,15 +51,49 @@ def data_path_word(text: str) -> Tuple[Word, List[str]]:
     return word(*parts), used
 
 
+# The data path Enroot itself uses on this node, printed: where the set-up keeps its lock and
+# partial trees (SETUP) and what the doctor's `space` cell measures (launcher/doctor/local.py).
+# Without runtime.data_path the kit sets no ENROOT_DATA_PATH: the site's Enroot config decides.
+# Enroot >= 4.0 says it: `enroot info` prints "  ENROOT_DATA_PATH=..." after reading its
+# config. Older Enroot (3.x): its rule re-derived from NVIDIA/enroot enroot.in ("BEGIN CONFIG",
+# the same in v3.2.0-v4.1.2; doc/configuration.md): a non-empty ENROOT_DATA_PATH in the
+# environment wins; else the first ENROOT_DATA_PATH line of enroot.conf, then of
+# enroot.conf.d/*.conf in glob order (config::export never overwrites a value already set),
+# read with `IFS=$' \t=' read -r key value` and expanded with `eval echo` as Enroot does; else
+# ${XDG_DATA_HOME:-$HOME/.local/share}/enroot. enroot.conf is the file Enroot's script reads
+# (its `config::init "SYSCONFDIR/enroot.conf"` line; /etc/enroot/enroot.conf as packaged).
+DATA_PATH_FN = r"""enroot_data_path() {
+    local found conf file key value
+    found=$(enroot info 2>/dev/null | sed -n 's/^ *ENROOT_DATA_PATH=//p') || found=
+    if [ -z "$found" ]; then
+        found=${ENROOT_DATA_PATH:-}
+        conf=$(sed -n 's/^config::init "\(.*\)"$/\1/p' "$(command -v enroot)" 2>/dev/null) || conf=
+        conf=${conf%%$'\n'*}
+        for file in "${conf:=/etc/enroot/enroot.conf}" "$conf.d"/*.conf; do
+            [ -z "$found" ] && [ -f "$file" ] || continue
+            while IFS=$' \t=' read -r key value; do
+                if [ "$key" = ENROOT_DATA_PATH ] && [ -z "$found" ]; then
+                    found=$(eval echo "$value" 2>/dev/null) || found=
+                fi
+            done <"$file"
+        done
+        [ -n "$found" ] || found=${XDG_DATA_HOME:-${HOME:-$(echo ~)}/.local/share}/enroot
+    fi
+    printf '%s\n' "$found"
+}"""
+
+
 # Once per node (srun --ntasks-per-node=1). A container only ever appears under its real name
 # by an atomic rename of a finished tree, so a kill at any moment leaves at most a
 # ".partial-HOST-..." directory (hidden from `enroot list`, never started) that the next job
 # on that node removes under the lock. The lock is in the data path (per user, node-local);
 # on a shared data path the rename decides: the loser removes its copy. Containers of older
-# images (same name, older stamp) are removed beyond the newest KEEP.
+# images (same name, older stamp) are removed beyond the newest KEEP. The data path is the one
+# Enroot uses (DATA_PATH_FN); a created tree found elsewhere stops the set-up with one line.
 SETUP = r"""set -euo pipefail
 image=$1 name=$2 keep=$3 run=$4
-data=$ENROOT_DATA_PATH host=$(hostname)
+DATA_PATH_FN
+data=$(enroot_data_path) host=$(hostname)
 umask 077
 mkdir -p -- "$data"
 exec 9>"$data/.lock"
@@ -80,6 +113,7 @@ if [ -d "$data/$name" ]; then
 else
     echo "enroot: creating container $name from $image on $host"
     enroot create --name ".partial-$host-$$" -- "$image" >/dev/null
+    [ -d "$data/.partial-$host-$$" ] || { echo "enroot: the new container is not in $data, the data path this set-up derived from Enroot's config on $host: set runtime.data_path" >&2; exit 1; }
     publish ".partial-$host-$$" "$name"
 fi
 if [ "$run" != "$name" ]; then
@@ -104,7 +138,7 @@ done
 for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | cut -d" " -f2); do
     echo "enroot: removing $dir (an older image) on $host"
     enroot remove -f "$dir" >/dev/null
-done"""
+done""".replace("DATA_PATH_FN\n", DATA_PATH_FN + "\n")
 
 
 # The per-user cache directory (launcher.runtimes.base.cache_lines), made on the node: never

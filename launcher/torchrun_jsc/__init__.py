@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 from dataclasses import replace
 from types import ModuleType
@@ -96,6 +97,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     from torch.distributed import run as torch_run
     args = usage.parser(torch_run).parse_args(argv)
+    problem = usage.numa_problem(args, torch.__version__, shutil.which)
+    if problem:
+        print(f"torchrun_jsc: error: {problem}", file=sys.stderr)
+        return 2
     try:
         d = _decide(args, version)
     except LaunchError as e:

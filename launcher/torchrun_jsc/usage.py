@@ -12,7 +12,7 @@ import argparse
 import textwrap
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from launcher import __version__
 from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
@@ -37,6 +37,14 @@ ENV_VARS: Tuple[Tuple[str, str], ...] = (
                                           "on to workers that catch them (job.requeue)"),
     ("GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME", "yours win; set for workers only when unset"),
 )
+
+# torchrun's --numa-binding (torch/distributed/run.py since torch 2.9): each worker bound to
+# the CPUs near its GPU, run under numactl (torch.numa.binding refuses to start without it).
+# On an older torch, whose parser lacks the flag, a hidden stand-in takes it so that
+# ``numa_problem`` can say so in one line instead of argparse's usage error.
+NUMA_FLAGS = ("--numa-binding", "--numa_binding")
+NUMA_MIN_TORCH_TEXT = "2.9"
+_NUMA_STAND_IN = "torchrun_jsc_numa_binding"
 
 DESCRIPTION = ("A drop-in torchrun that rendezvouses when the node's hostname is not the "
                "endpoint's name (jwb0001 vs jwb0001i). Accepts every torchrun argument.")
@@ -91,7 +99,22 @@ def parser(torch_run: ModuleType) -> argparse.ArgumentParser:
         p.add_argument("--version", action="version",
                        version=version_text().replace("%", "%%"),
                        help="print which torchrun_jsc this is (distribution, version, path)")
+    if NUMA_FLAGS[0] not in p._option_string_actions:  # torch < 2.9: see NUMA_FLAGS
+        p.add_argument(*NUMA_FLAGS, dest=_NUMA_STAND_IN, default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
     return p
+
+
+def numa_problem(args: argparse.Namespace, torch_version: str,
+                 which: Callable[[str], Optional[str]]) -> str:
+    """Why --numa-binding (jsc-compose's launch.numa_binding) cannot work here, or ''."""
+    if hasattr(args, _NUMA_STAND_IN):
+        return (f"--numa-binding (launch.numa_binding) needs torch >= {NUMA_MIN_TORCH_TEXT} "
+                f"in the image; this image has torch {torch_version}")
+    if getattr(args, "numa_binding", None) and which("numactl") is None:
+        return ("--numa-binding (launch.numa_binding) runs every worker under numactl, which "
+                "is not on the PATH here: install numactl in the image (the kit's images have it)")
+    return ""
 
 
 def wants_help(argv: Sequence[str]) -> bool:

@@ -265,7 +265,8 @@ def test_per_task_variables_unset_at_batch_scope_are_fine(fakes):
 
 
 def _containers(fakes: Cluster) -> List[str]:
-    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/data")  # ddp_enroot
+    # ddp_enroot sets no data_path: the (fake) site's enroot.conf names it (tests/helpers/fake.py)
+    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data")
     return sorted(p.name for p in data.iterdir() if p.name != ".lock")
 
 
@@ -284,8 +285,8 @@ def test_enroot_container_created_once_and_reused(plain_fakes):
     starts = [r for r in fakes.records("enroot") if r["argv"][0] == "start"]
     assert len(starts) == 4 and all(name in r["argv"] for r in starts)
     assert "--rw" not in starts[0]["argv"] and "--root" not in starts[0]["argv"]
-    data = f"/tmp/enroot-{fakes.env['FAKE_USER']}/data"
-    assert all(r["env"]["ENROOT_DATA_PATH"] == data for r in starts)
+    data = f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data"  # the site's enroot.conf
+    assert all("ENROOT_DATA_PATH" not in r["env"] and r["data"] == data for r in starts)
     image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
     os.utime(image, (2000, 2000))
     assert fakes.run(job("ddp_enroot")).returncode == 0
@@ -306,7 +307,7 @@ def test_enroot_kill_mid_create_leaves_nothing_a_job_uses(plain_fakes):
                                      SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="jwb0001",
                                      SLURM_JOB_CPUS_PER_NODE="4", FAKE_ENROOT_CREATE_S="30"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/data")
+    data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data")
     for _ in range(100):
         if data.is_dir() and any(p.name.startswith(".partial") for p in data.iterdir()):
             break

@@ -54,16 +54,25 @@ def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
     """Write the wrappers; return the environment additions that activate them."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
+    sysconf = bin_dir.parent / "etc-enroot"
     for tool in TOOLS:
         path = bin_dir / tool
-        path.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S {Path(__file__).resolve()} '
-                        f'{tool} "$@"\n')
+        # Like Enroot's own script, the fake enroot names its config file in a
+        # `config::init "SYSCONFDIR/enroot.conf"` line (never run: after the exec), which the
+        # kit's rule for Enroot < 4.0 reads (launcher/runtimes/enroot_scripts.py).
+        conf = f'FAKE_ENROOT_CONF="{sysconf}/enroot.conf" ' if tool == "enroot" else ""
+        init = f'config::init "{sysconf}/enroot.conf"\n' if tool == "enroot" else ""
+        path.write_text(f'#!/bin/sh\n{conf}exec {sys.executable} -I -S '
+                        f'{Path(__file__).resolve()} {tool} "$@"\n{init}')
         path.chmod(0o755)
     for tool, body in SH_TOOLS.items():
         path = bin_dir / tool
         path.write_text("#!/bin/sh\n" + body)
         path.chmod(0o755)
     user = f"fake{os.getpid()}x{os.urandom(3).hex()}"
+    # The site's Enroot config: a per-user data path under /tmp (tests change or remove it).
+    sysconf.mkdir(exist_ok=True)
+    (sysconf / "enroot.conf").write_text(f"ENROOT_DATA_PATH /tmp/enroot-{user}/config-data\n")
     # Enroot/pyxis jobs make their cache directory on the node: the test's, not /tmp's.
     return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log_dir),
             "TORCHRUN_JSC_CACHE": str(log_dir.parent / "jsc-cache"),
@@ -241,13 +250,38 @@ def apptainer(argv: List[str]) -> int:
     return subprocess.run(cmd, check=False).returncode
 
 
+def enroot_data_path() -> str:
+    """Enroot's data path as enroot.in computes it (NVIDIA/enroot, "BEGIN CONFIG"): a non-empty
+    ENROOT_DATA_PATH in the environment; else the first ENROOT_DATA_PATH line of enroot.conf,
+    then of enroot.conf.d/*.conf (a set value is never overwritten), $VAR expanded; else
+    ${XDG_DATA_HOME:-$HOME/.local/share}/enroot. The fake's enroot.conf is FAKE_ENROOT_CONF."""
+    if os.environ.get("ENROOT_DATA_PATH"):
+        return os.environ["ENROOT_DATA_PATH"]
+    conf = Path(os.environ["FAKE_ENROOT_CONF"])
+    for file in [conf] + sorted(Path(f"{conf}.d").glob("*.conf")):
+        if not file.is_file():
+            continue
+        for line in file.read_text().splitlines():
+            key, _, value = line.strip().partition(" ") if " " in line.strip() \
+                else line.strip().partition("=")
+            if key == "ENROOT_DATA_PATH" and value.strip(" \t="):
+                return os.path.expandvars(value.strip(" \t="))
+    home = os.environ.get("XDG_DATA_HOME") or os.environ["HOME"] + "/.local/share"
+    return home + "/enroot"
+
+
 def enroot(argv: List[str]) -> int:
-    """Like Enroot 4.1: containers are directories of ENROOT_DATA_PATH, listed (ls -1, dot
-    names hidden) while `create` still extracts, so a kill mid-create leaves a partial tree."""
-    # Without ENROOT_DATA_PATH (pyxis drops it) Enroot's config names the path: per user here.
-    data = Path(os.environ.get("ENROOT_DATA_PATH")
-                or f"/tmp/enroot-{os.environ['FAKE_USER']}/config-data")
-    _record("enroot", argv)
+    """Like Enroot 4.1 (FAKE_ENROOT_VERSION: another, 3.x without `enroot info`): containers
+    are directories of the data path, listed (ls -1, dot names hidden) while `create` still
+    extracts, so a kill mid-create leaves a partial tree."""
+    # Without ENROOT_DATA_PATH (the kit's default; pyxis drops it) Enroot's config names it.
+    data = Path(enroot_data_path())
+    version = os.environ.get("FAKE_ENROOT_VERSION", "4.1.2")
+    _record("enroot", argv, {"data": str(data)})
+    if argv[:1] == ["info"] and not version.startswith(("1.", "2.", "3.")):
+        print(f"Enroot version: {version}\nConfig file: {os.environ['FAKE_ENROOT_CONF']}\n\n"
+              f"Environment variables:\n  ENROOT_DATA_PATH={data}")
+        return 0
     if argv[:1] == ["list"]:
         if data.is_dir():
             print("\n".join(sorted(p.name for p in data.iterdir() if not p.name.startswith("."))))
