@@ -44,6 +44,30 @@ FLIGHT_RECORDER = (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_TRACE_BUFFER_S
                    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
                    ("TORCH_FR_DUMP_TEMP_FILE", "$hangs_dir/fr/rank-"),
                    ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "$hangs_dir/fr/rank-"))
+def hook_constant(name: str):
+    """A literal constant of launcher/stacks_hook.py, read from its source (importing the hook
+    would run it: it arms the process it is imported into)."""
+    for node in ast.parse((HERE / "stacks_hook.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name:
+            return ast.literal_eval(node.value)
+    raise LookupError(f"launcher/stacks_hook.py has no constant {name}")
+
+
+def fr_exports() -> str:
+    """The flight recorder's variables, the user's values kept. A renamed one (the hook's
+    FR_RENAMED: torch < 2.8 reads the old name, >= 2.8 the new) takes the value of its other
+    name when only that one is set, so the user's value reaches torch whichever name it reads:
+    the new names first (from the old, else the default), then the old from the new."""
+    old_of = dict(tuple(pair) for pair in hook_constant("FR_RENAMED"))
+    deprecated = set(old_of.values())
+    first = [f'{name}="${{{name}:-' + (f"${{{old_of[name]}:-{value}}}" if name in old_of
+                                       else value) + '}"'
+             for name, value in FLIGHT_RECORDER if name not in deprecated]
+    then = [f'{old}="${{{old}:-${new}}}"' for new, old in old_of.items()]
+    return " \\\n    ".join(first) + "\nexport " + " \\\n    ".join(then)
+
+
 # What must reach the ranks inside a container that forwards by name only (Enroot).
 NAMES: Tuple[str, ...] = (DIR_ENV, "PYTHONPATH") + tuple(n for n, _ in FLIGHT_RECORDER)
 
@@ -96,7 +120,7 @@ def progress_period(timeout: int) -> int:
 
 def setup_lines(spec: Optional[JobSpec] = None) -> List[Statement]:
     """Batch scope, before any step: the directory, the hook, the variables, the trap."""
-    fr = " \\\n    ".join(f'{name}="${{{name}:-{value}}}"' for name, value in FLIGHT_RECORDER)
+    fr = fr_exports()
     report: List[Token] = ["python3", "-c", Var("stacks_py"), "report", Var("SLURM_JOB_ID")]
     step = join(stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))) + " \\\n    | " + \
         join(report)

@@ -44,10 +44,51 @@ def _rank(env):
     return None
 
 
+# The flight recorder's variables, (current name, deprecated name): torch >= 2.8 reads the
+# TORCH_FR_* names and warns once per rank about each TORCH_NCCL_* one that is set
+# (NVIDIA/nvidia-resiliency-ext#163: TORCH_NCCL_* before 2.8, TORCH_FR_* from 2.8). The
+# jobscript sets both to one value (launcher.hangs_script.FLIGHT_RECORDER), for every torch.
+FR_RENAMED = (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+              ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
+
+
+def _version(text):
+    out = []
+    for part in text.split("+")[0].split(".")[:2]:
+        digits = ""
+        for c in part:
+            if not c.isdigit():
+                break
+            digits += c
+        out.append(int(digits or 0))
+    return tuple(out)
+
+
+def drop_deprecated_fr(env, torch_version=None):
+    """On torch >= 2.8, unset each deprecated flight-recorder name whose value is the current
+    name's (nothing is lost; torch would only warn). A differing value stays: it is the
+    user's. ``torch_version``: found from the installed metadata when None (no torch import)."""
+    same = [old for new, old in FR_RENAMED if old in env and env.get(new) == env[old]]
+    if not same:
+        return []
+    if torch_version is None:
+        try:
+            from importlib import metadata  # Python >= 3.8; older: keep both
+            torch_version = metadata.version("torch")
+        except Exception:
+            return []
+    if _version(torch_version) < (2, 8):
+        return []
+    for old in same:
+        del env[old]
+    return same
+
+
 def _arm(env):
     directory, rank = env.get(DIR_ENV), _rank(env)
     if not directory or rank is None or env.get(PID_ENV):
         return
+    drop_deprecated_fr(os.environ)
     import faulthandler
     import signal
     import socket

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from launcher import hangs_script, stacks, stacks_hook
+from launcher.jobscript import render_jobscript
+from launcher.spec import load_spec
 from tests.helpers.hangprog import STUCK, WAITING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,14 +78,16 @@ def test_chains_to_the_hidden_sitecustomize(hookdir, tmp_path_factory):
 
 
 def test_signal_dumps_and_collector_reads(hookdir):
-    prog = "import time\ndef stuck():\n    time.sleep(60)\nprint('up', flush=True)\nstuck()\n"
+    # 'up' from inside stuck(): a signal right after it still finds the process there.
+    prog = "import time\ndef stuck():\n    print('up', flush=True)\n    time.sleep(60)\nstuck()\n"
     p = subprocess.Popen([sys.executable, "-c", prog], env=hook_env(hookdir, RANK="2"),
                          stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "up\n"
         (rec,) = stacks.collect(JOB, wait_s=10)
         assert rec["rank"] == "2" and rec["pid"] == p.pid and rec["dump"]
-        assert stacks.where(stacks.main_stack(rec)) == "stuck at <string>:3"
+        assert stacks.where(stacks.main_stack(rec)) in ("stuck at <string>:3",
+                                                        "stuck at <string>:4")
         assert stacks.collect("1", wait_s=1) == []  # another job's: not touched
         assert p.poll() is None  # still running after the dump
     finally:
@@ -151,3 +155,44 @@ def test_failed_launch_names_the_flight_recorder_dumps(tmp_path, rc, dumps, said
             f"missed which collective: python3 -m torch.distributed.flight_recorder.fr_trace "
             f"{tmp_path}/fr -p rank- (in the image)\n") if said else ""
     assert (done.stdout, done.stderr) == ("", want)
+
+
+def _fr_export() -> str:
+    """The jobscript's export of the flight-recorder variables, as rendered."""
+    text = "export " + hangs_script.fr_exports()
+    assert text.startswith("export TORCH_FR_BUFFER_SIZE=") and \
+        text in render_jobscript(load_spec("jobs/ddp_container.yaml")), text
+    return text
+
+
+@pytest.mark.parametrize("given, fr, nccl", [
+    ({}, "2000", "2000"),
+    ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "5000"}, "5000", "5000"),
+    ({"TORCH_FR_BUFFER_SIZE": "7"}, "7", "7"),
+    ({"TORCH_FR_BUFFER_SIZE": "7", "TORCH_NCCL_TRACE_BUFFER_SIZE": "9"}, "7", "9"),
+])
+def test_flight_recorder_names_carry_the_users_value(given, fr, nccl):
+    """Either name the user set reaches both (torch < 2.8 reads one, >= 2.8 the other): the
+    kit's default never replaces a value the user gave under the other name."""
+    script = _fr_export() + '\necho "$TORCH_FR_BUFFER_SIZE $TORCH_NCCL_TRACE_BUFFER_SIZE"'
+    done = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, timeout=30,
+                          check=True, env={"PATH": os.environ["PATH"], "hangs_dir": "/h",
+                                           **given})
+    assert done.stdout.split() == [fr, nccl]
+
+
+@pytest.mark.parametrize("env, version, dropped", [
+    ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, "2.11.0+cu130",
+     ["TORCH_NCCL_TRACE_BUFFER_SIZE"]),
+    ({"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, "2.7.1", []),
+    ({"TORCH_FR_BUFFER_SIZE": "7", "TORCH_NCCL_TRACE_BUFFER_SIZE": "9"}, "2.13.0", []),
+    ({"TORCH_FR_DUMP_TEMP_FILE": "/h/fr/rank-", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/h/fr/rank-"},
+     "2.8.0", ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]),
+    ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, "2.13.0", []),
+])
+def test_hook_drops_the_deprecated_name_only_where_nothing_is_lost(env, version, dropped):
+    """torch >= 2.8 warns on every rank for each deprecated TORCH_NCCL_* name that is set; the
+    hook unsets one only when its current name carries the same value."""
+    before = dict(env)
+    assert stacks_hook.drop_deprecated_fr(env, version) == dropped
+    assert env == {k: v for k, v in before.items() if k not in dropped}

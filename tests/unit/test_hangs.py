@@ -127,7 +127,8 @@ def test_jobscript_lines():
     for line in ['hangs_dir="$PWD/.hangs/$SLURM_JOB_ID"',
                  'export TORCHRUN_JSC_STACKS="$hangs_dir" '
                  'PYTHONPATH="$hangs_dir/hook${PYTHONPATH:+:${PYTHONPATH}}"',
-                 'TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-$hangs_dir/fr/rank-}"',
+                 'TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-'
+                 '${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$hangs_dir/fr/rank-}}"',
                  "trap 'print_stacks SIGURG' URG", "trap 'print_stacks SIGTERM' TERM",
                  'wait "$launch_pid" || launch_rc=$?']:
         assert line in text, line
