@@ -44,6 +44,8 @@ FLIGHT_RECORDER = (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_TRACE_BUFFER_S
                    ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
                    ("TORCH_FR_DUMP_TEMP_FILE", "$hangs_dir/fr/rank-"),
                    ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "$hangs_dir/fr/rank-"))
+
+
 def hook_constant(name: str):
     """A literal constant of launcher/stacks_hook.py, read from its source (importing the hook
     would run it: it arms the process it is imported into)."""
