@@ -15,22 +15,16 @@ from pathlib import Path
 import pytest
 
 from launcher.jobscript import render_jobscript
-from launcher.model import SpecError
 from launcher.modes.common import NUMA_BINDINGS
 from launcher.spec import parse_spec
 from launcher.torchrun_jsc import usage
+from tests.unit.test_spec_traps import error
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def render(text: str) -> str:
     return render_jobscript(parse_spec(textwrap.dedent(text), "x.yaml"))
-
-
-def error(text: str) -> str:
-    with pytest.raises(SpecError) as err:
-        render(text)
-    return str(err.value)
 
 
 @pytest.mark.parametrize("mode", ["torchrun", "mpirun_torchrun"])
