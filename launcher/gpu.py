@@ -13,13 +13,19 @@ is passed in, so the rule is testable without it.
   is a CUDA build: one line and exit, never a silent fall-back to CPU (Enroot/pyxis without
   the `compute` driver capability, Apptainer without --nv). Without device files and with a
   CPU-only torch (a laptop, the project's lab with its fake GPUs) the CPU is the device.
+
+And one check of placement: a worker whose CPUs (its affinity, as Slurm bound it) are all on
+another socket than its GPU prints one warning line (every copy between host and GPU then
+crosses the socket link). The GPU's CPUs come from sysfs through its PCI address, as
+torch.numa finds them.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Mapping, Optional, Sequence
+import sys
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Set
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
 _NONE = ("", "void", "none", "NoDevFiles")  # and a count of 0 (SLURM_GPUS_ON_NODE)
@@ -57,11 +63,96 @@ def cpu_refusal(env: Mapping[str, str], cuda_build: Optional[str],
             "needs compute; Apptainer: --nv) or torch is a CPU-only build")
 
 
-def select_device(torch: Any, env: Optional[Mapping[str, str]] = None) -> Any:
-    """The worker's torch.device by the rule above; SystemExit (one line) when it cannot."""
+def parse_cpulist(text: str) -> Set[int]:
+    """The kernel's CPU list format ("0-3,8,10-11") as a set; empty when it is not one."""
+    cpus: Set[int] = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or not (high or low).isdigit():
+            return set()
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2,5" (the kernel's format)."""
+    out, ordered = [], sorted(cpus)
+    start = prev = ordered[0] if ordered else 0
+    for cpu in ordered[1:] + [None]:
+        if cpu is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if cpu is not None:
+            start = prev = cpu
+    return ",".join(out)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def gpu_cpus(props: Any, sysfs: str = "/sys") -> Set[int]:
+    """The CPUs local to a GPU (its PCI device's local_cpulist); empty when unknown (a torch
+    without the PCI fields, no sysfs)."""
+    try:
+        addr = "%04x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+    except (AttributeError, TypeError):
+        return set()
+    return parse_cpulist(_read(os.path.join(sysfs, "bus/pci/devices", addr, "local_cpulist")))
+
+
+def sockets(cpus: Iterable[int], sysfs: str = "/sys") -> Set[int]:
+    """The sockets (physical package ids) of these CPUs; unknown CPUs are left out."""
+    out = set()
+    for cpu in cpus:
+        text = _read(os.path.join(sysfs, f"devices/system/cpu/cpu{cpu}/topology/"
+                                         "physical_package_id")).strip()
+        if text.lstrip("-").isdigit():
+            out.add(int(text))
+    return out
+
+
+def placement_warning(index: int, near: Set[int], allowed: Set[int], env: Mapping[str, str],
+                      sysfs: str = "/sys") -> Optional[str]:
+    """One line when none of this worker's CPUs is on the socket of its GPU, else None."""
+    if not near or not allowed or allowed & near:
+        return None
+    gpu_sockets, own = sockets(near, sysfs), sockets(allowed, sysfs)
+    if not gpu_sockets or not own or gpu_sockets & own:
+        return None
+    return (f"warning: rank {env.get('RANK', '?')} (LOCAL_RANK {env.get('LOCAL_RANK', '0')}) "
+            f"runs on CPUs {cpu_ranges(allowed)} (socket {cpu_ranges(own)}) but its GPU cuda:"
+            f"{index} is attached to CPUs {cpu_ranges(near)} (socket {cpu_ranges(gpu_sockets)}): "
+            "every copy between host and GPU crosses sockets; this node's GPUs are not numbered "
+            "socket by socket (docs/guide/launch-modes.md, GPU placement)")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def select_device(torch: Any, env: Optional[Mapping[str, str]] = None, sysfs: str = "/sys",
+                  allowed: Optional[Set[int]] = None,
+                  warn: Callable[[str], None] = _stderr) -> Any:
+    """The worker's torch.device by the rule above; SystemExit (one line) when it cannot.
+    ``allowed``: the worker's CPUs (default: its affinity); ``warn`` gets the placement line."""
     env = os.environ if env is None else env
     if torch.cuda.is_available():
         index = device_index(torch.cuda.device_count(), int(env.get("LOCAL_RANK", "0") or 0))
+        try:
+            near = gpu_cpus(torch.cuda.get_device_properties(index), sysfs)
+        except Exception:  # noqa: BLE001 - a placement check never stops a worker
+            near = set()
+        if allowed is None and hasattr(os, "sched_getaffinity"):
+            allowed = set(os.sched_getaffinity(0))
+        why = placement_warning(index, near, allowed or set(), env, sysfs)
+        if why:
+            warn(why)
         return torch.device("cuda", index)
     why = cpu_refusal(env, getattr(torch.version, "cuda", None), glob.glob("/dev/nvidia[0-9]*"))
     if why:
@@ -69,4 +160,5 @@ def select_device(torch: Any, env: Optional[Mapping[str, str]] = None) -> Any:
     return torch.device("cpu")
 
 
-__all__ = ["cpu_refusal", "device_index", "requested", "select_device"]
+__all__ = ["cpu_ranges", "cpu_refusal", "device_index", "gpu_cpus", "parse_cpulist",
+           "placement_warning", "requested", "select_device", "sockets"]

@@ -13,7 +13,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 from launcher import shipped
 from launcher.model import JobSpec, SpecError
 from launcher.runtimes import RUNTIMES
-from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime
+from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime, gpus_requested
 from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
 from launcher.yamlread import Reader
 
@@ -183,12 +183,32 @@ def torchrun_argv(spec: JobSpec) -> List[Token]:
             "--no-python", *program_argv(spec)]
 
 
+# Tasks of one node fill a socket before the next (Slurm's default within a node is cyclic:
+# task 1 would go to the second socket while cuda:1 usually sits on the first).
+SOCKET_BY_SOCKET = "--distribution=block:block"
+_DISTRIBUTION_KEYS = ("distribution", "m")
+
+
+def gpu_layout(spec: JobSpec, tasks_per_node: int) -> List[str]:
+    """SOCKET_BY_SOCKET for a step of several tasks per node of a GPU job, unless the spec
+    chose a distribution in job.sbatch (srun reads SLURM_DISTRIBUTION from the batch step).
+    GPUs are numbered in PCI order, which follows the sockets, so local rank i then runs on the
+    socket of GPU i (cuda:LOCAL_RANK); under psslurm, whose tasks get their closest GPU, it is
+    the same. The device rule (launcher.gpu) says so in the job's log where it does not hold."""
+    if tasks_per_node < 2 or not gpus_requested(spec):
+        return []
+    if any(key in _DISTRIBUTION_KEYS for key, _ in spec.job.sbatch):
+        return []
+    return [SOCKET_BY_SOCKET]
+
+
 def srun_argv(spec: JobSpec, runtime: ContainerRuntime, tasks_per_node: int,
               extra: Tuple[str, ...] = ()) -> List[Token]:
     """srun with the job's geometry; --kill-on-bad-exit so one dead task ends the step."""
     out: List[Token] = ["srun", "--kill-on-bad-exit=1", *extra, word("--nodes=", NNODES),
                         f"--ntasks-per-node={tasks_per_node}",
-                        word("--cpus-per-task=", CPUS_PER_TASK)]
+                        word("--cpus-per-task=", CPUS_PER_TASK),
+                        *gpu_layout(spec, tasks_per_node)]
     if spec.job.node_output is not None:
         out.append(f"--output={spec.job.node_output}")
     return out + runtime.srun_flags()

@@ -8,8 +8,8 @@ from typing import Any, Mapping
 
 from launcher.model import JobSpec, Site
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import MPI_TASK_NAMES, NTASKS, check_mpirun, mpi_task_env, \
-    mpirun_argv, scripted_task, srun_argv
+from launcher.modes.common import MPI_TASK_NAMES, NTASKS, check_mpirun, gpu_layout, \
+    mpi_task_env, mpirun_argv, scripted_task, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.yamlread import Reader
 
@@ -66,4 +66,6 @@ class Horovod(LaunchMode):
         n = launch.procs_per_node
         per_gpu = ", one per GPU" if n == spec.job.gpus_per_node else ""
         via = "mpirun" if self.via_mpirun(spec) else f"srun --mpi={launch.options.mpi_plugin}"
+        if not self.via_mpirun(spec) and gpu_layout(spec, n):
+            per_gpu += ", socket by socket"
         return f"{n} MPI rank{'s' if n != 1 else ''} per node{per_gpu} via {via}"

@@ -7,7 +7,8 @@ from typing import List
 
 from launcher.model import JobSpec
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import PER_TASK_NAMES, scripted_task, srun_argv, srun_task_env
+from launcher.modes.common import PER_TASK_NAMES, gpu_layout, scripted_task, srun_argv, \
+    srun_task_env
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Values, resolve
 
@@ -30,8 +31,9 @@ class Srun(LaunchMode):
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node
         per_gpu = ", one per GPU" if n == spec.job.gpus_per_node else ""
-        return f"{n} task{'s' if n != 1 else ''} per node{per_gpu}, ranks from Slurm's " \
-            "per-task variables"
+        layout = ", socket by socket" if gpu_layout(spec, n) else ""
+        return f"{n} task{'s' if n != 1 else ''} per node{per_gpu}{layout}, ranks from " \
+            "Slurm's per-task variables"
 
     def preview_node(self, spec: JobSpec, plan: Plan, node_rank: int, nnodes: int,
                      values: Values) -> List[str]:

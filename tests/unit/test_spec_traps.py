@@ -163,7 +163,8 @@ def test_sbatch_false_omits_the_option():
 
 @pytest.mark.parametrize("launch, gpus, comment", [
     ("{mode: srun, procs_per_node: 4}", 0, "# Launch: 4 tasks per node, ranks from"),
-    ("{mode: srun}", 2, "# Launch: 2 tasks per node, one per GPU, ranks from"),
+    ("{mode: srun}", 2,
+     "# Launch: 2 tasks per node, one per GPU, socket by socket, ranks from"),
     ("{mode: srun, procs_per_node: 1}", 4, "# Launch: 1 task per node, ranks from"),
     ("{mode: horovod, procs_per_node: 3}", 0, "# Launch: 3 MPI ranks per node via srun"),
     ("{mode: torchrun}", 0, "# Launch: one torchrun_jsc per node, 1 process each."),

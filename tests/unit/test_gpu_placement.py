@@ -1,0 +1,132 @@
+"""Ring 1: ranks of a one-task-per-GPU step on the socket of their GPU.
+
+srun mode (and horovod through srun) lays a GPU job's tasks out socket by socket
+(--distribution=block:block), so that local rank i runs where GPU i is attached on nodes whose
+GPUs are numbered socket by socket (PCI order); the device rule (launcher/gpu.py) warns, in one
+line per worker, where a worker's CPUs are all on another socket than its GPU. The node is a
+faked sysfs tree: two sockets of four CPUs, GPUs 0-1 on socket 0 and 2-3 on socket 1."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from launcher import gpu
+from launcher.jobscript import render_jobscript
+from launcher.spec import parse_spec
+
+PCI = {0: 0x07, 1: 0x0f, 2: 0x47, 3: 0x4e}  # GPU index -> PCI bus
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> str:
+    for cpu in range(8):
+        topo = tmp_path / f"devices/system/cpu/cpu{cpu}/topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{cpu // 4}\n")
+    for index, bus in PCI.items():
+        dev = tmp_path / f"bus/pci/devices/0000:{bus:02x}:00.0"
+        dev.mkdir(parents=True)
+        (dev / "local_cpulist").write_text("0-3\n" if index < 2 else "4-7\n")
+    return str(tmp_path)
+
+
+def fake_torch(count: int = 4, pci: bool = True):
+    def props(index):
+        if not pci:  # a torch without the PCI fields
+            return SimpleNamespace(name="GPU")
+        return SimpleNamespace(pci_domain_id=0, pci_bus_id=PCI[index], pci_device_id=0)
+    return SimpleNamespace(
+        cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: count,
+                             get_device_properties=props),
+        version=SimpleNamespace(cuda="12.8"),
+        device=lambda kind, index=None: (kind, index))
+
+
+@pytest.mark.parametrize("text, cpus", [
+    ("0-3,8,10-11\n", {0, 1, 2, 3, 8, 10, 11}), ("5", {5}), ("", set()), ("x-1", set()),
+])
+def test_cpulist(text, cpus):
+    assert gpu.parse_cpulist(text) == cpus
+    if cpus:
+        assert gpu.parse_cpulist(gpu.cpu_ranges(cpus)) == cpus
+    assert gpu.cpu_ranges({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+
+
+def test_gpu_cpus_and_sockets_from_sysfs(sysfs):
+    torch = fake_torch()
+    assert gpu.gpu_cpus(torch.cuda.get_device_properties(3), sysfs) == {4, 5, 6, 7}
+    assert gpu.gpu_cpus(SimpleNamespace(name="old torch"), sysfs) == set()
+    assert gpu.sockets({0, 5, 6}, sysfs) == {0, 1}
+    assert gpu.sockets({0, 99}, sysfs) == {0}  # an unknown CPU is left out
+
+
+@pytest.mark.parametrize("local_rank, allowed, warned", [
+    (1, {2, 3}, False),   # socket by socket: rank 1 near GPU 1
+    (2, {4, 5}, False),
+    (1, {4, 5}, True),    # Slurm's default (cyclic over sockets): rank 1 on the far socket
+    (2, {2, 3}, True),
+    (1, set(range(8)), False),  # the whole node (one agent per node): nothing to say here
+    (3, {3, 4}, False),   # partly near
+])
+def test_a_worker_on_the_far_socket_is_told_in_one_line(sysfs, local_rank, allowed, warned):
+    lines = []
+    env = {"RANK": str(8 + local_rank), "LOCAL_RANK": str(local_rank)}
+    device = gpu.select_device(fake_torch(), env, sysfs=sysfs, allowed=allowed,
+                               warn=lines.append)
+    assert device == ("cuda", local_rank)
+    if not warned:
+        assert lines == []
+        return
+    near = "0-3" if local_rank < 2 else "4-7"
+    own = gpu.cpu_ranges(allowed)
+    assert lines == [
+        f"warning: rank {8 + local_rank} (LOCAL_RANK {local_rank}) runs on CPUs {own} (socket "
+        f"{1 - local_rank // 2}) but its GPU cuda:{local_rank} is attached to CPUs {near} "
+        f"(socket {local_rank // 2}): every copy between host and GPU crosses sockets; this "
+        "node's GPUs are not numbered socket by socket (docs/guide/launch-modes.md, GPU "
+        "placement)"]
+
+
+def test_no_placement_facts_no_warning(sysfs, tmp_path):
+    lines = []
+    gpu.select_device(fake_torch(pci=False), {"LOCAL_RANK": "1"}, sysfs=sysfs, allowed={4},
+                      warn=lines.append)
+    gpu.select_device(fake_torch(), {"LOCAL_RANK": "1"}, sysfs=str(tmp_path / "none"),
+                      allowed={4}, warn=lines.append)
+    assert lines == []
+
+
+def render(launch: str, job: str = "gpus_per_node: 4") -> str:
+    spec = parse_spec(textwrap.dedent(f"""\
+        job: {{nodes: 2, {job}}}
+        runtime: {{kind: apptainer, image: i.sif}}
+        launch: {{{launch}}}
+        program: [python3, t.py]
+        """), "t.yaml")
+    return render_jobscript(spec)
+
+
+def launch_line(script: str) -> str:
+    text = script.split("\n# Launch: ", 1)[1]
+    return text.split("\nlaunch_pid=", 1)[0]
+
+
+@pytest.mark.parametrize("launch", ["mode: srun", "mode: horovod"])
+def test_one_task_per_gpu_modes_lay_tasks_out_socket_by_socket(launch):
+    line = launch_line(render(launch))
+    assert "--distribution=block:block" in line and "socket by socket" in line.split("\n")[0]
+
+
+@pytest.mark.parametrize("launch, job", [
+    ("mode: srun", "cpus_per_task: 4"),  # no GPUs: Slurm's default
+    ("mode: srun, procs_per_node: 1", "gpus_per_node: 4"),  # one task per node
+    ("mode: srun", "gpus_per_node: 4, sbatch: {distribution: 'block:cyclic'}"),  # the user's
+    ("mode: torchrun", "gpus_per_node: 4"),  # one agent per node
+    ("mode: horovod, mpi: mpirun", "gpus_per_node: 4"),  # mpirun: --bind-to none
+])
+def test_no_layout_where_it_is_not_the_kits_to_choose(launch, job):
+    assert "--distribution" not in launch_line(render(launch, job))
