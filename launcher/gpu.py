@@ -128,8 +128,8 @@ def placement_warning(index: int, near: Set[int], allowed: Set[int], env: Mappin
     return (f"warning: rank {env.get('RANK', '?')} (LOCAL_RANK {env.get('LOCAL_RANK', '0')}) "
             f"runs on CPUs {cpu_ranges(allowed)} (socket {cpu_ranges(own)}) but its GPU cuda:"
             f"{index} is attached to CPUs {cpu_ranges(near)} (socket {cpu_ranges(gpu_sockets)}): "
-            "every copy between host and GPU crosses sockets; this node's GPUs are not numbered "
-            "socket by socket (docs/guide/launch-modes.md, GPU placement)")
+            "every copy between host and GPU crosses sockets (docs/guide/launch-modes.md, GPU "
+            "placement)")
 
 
 def _stderr(line: str) -> None:

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from launcher.jobscript import MASTER_ENV, env_lines, node_count_lines, rendezvous_lines, \
     setup_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
+from launcher.modes.common import gpu_layout
 from launcher.modes.srun import Srun
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.runtimes import RUNTIMES, runtime_for
@@ -147,6 +148,9 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
             params[key] = getattr(job, key)
     if job.gpus_per_node:
         params["gpus_per_node"] = job.gpus_per_node
+    layout = gpu_layout(spec, spec.launch.procs_per_node)  # srun mode's socket-by-socket
+    if layout:
+        params["srun_args"] = layout
     extra = {k: (True if v is None else v) for k, v in job.sbatch}
     if exclusive_default(spec) is not None:
         params["exclusive"] = True

@@ -192,9 +192,9 @@ _DISTRIBUTION_KEYS = ("distribution", "m")
 def gpu_layout(spec: JobSpec, tasks_per_node: int) -> List[str]:
     """SOCKET_BY_SOCKET for a step of several tasks per node of a GPU job, unless the spec
     chose a distribution in job.sbatch (srun reads SLURM_DISTRIBUTION from the batch step).
-    GPUs are numbered in PCI order, which follows the sockets, so local rank i then runs on the
-    socket of GPU i (cuda:LOCAL_RANK); under psslurm, whose tasks get their closest GPU, it is
-    the same. The device rule (launcher.gpu) says so in the job's log where it does not hold."""
+    Identical GPUs are numbered in PCI bus order, which follows the sockets, so local rank i
+    then runs on the socket of GPU i (cuda:LOCAL_RANK); under psslurm, whose tasks get their
+    closest GPU, either layout is right. The device rule (launcher.gpu) says so in the job's log where it does not hold."""
     if tasks_per_node < 2 or not gpus_requested(spec):
         return []
     if any(key in _DISTRIBUTION_KEYS for key, _ in spec.job.sbatch):

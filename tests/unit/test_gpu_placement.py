@@ -86,9 +86,8 @@ def test_a_worker_on_the_far_socket_is_told_in_one_line(sysfs, local_rank, allow
     assert lines == [
         f"warning: rank {8 + local_rank} (LOCAL_RANK {local_rank}) runs on CPUs {own} (socket "
         f"{1 - local_rank // 2}) but its GPU cuda:{local_rank} is attached to CPUs {near} "
-        f"(socket {local_rank // 2}): every copy between host and GPU crosses sockets; this "
-        "node's GPUs are not numbered socket by socket (docs/guide/launch-modes.md, GPU "
-        "placement)"]
+        f"(socket {local_rank // 2}): every copy between host and GPU crosses sockets "
+        "(docs/guide/launch-modes.md, GPU placement)"]
 
 
 def test_no_placement_facts_no_warning(sysfs, tmp_path):

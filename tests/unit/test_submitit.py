@@ -46,7 +46,11 @@ def test_parameters_come_from_the_job_and_launch_sections():
         "job_name": "s", "nodes": 2, "ntasks_per_node": 2, "time": 10, "partition": "batch",
         "account": "proj1", "cpus_per_task": 3, "gpus_per_node": 4,
         # cpus_per_task set: no --exclusive (launcher.placement's rule, as in jobscripts)
-        "additional_parameters": {"mem": "10G", "reservation": "r 1", "hint": True}}
+        "additional_parameters": {"mem": "10G", "reservation": "r 1", "hint": True},
+        # 2 tasks per node of a GPU job: socket by socket, as srun mode's step
+        "srun_args": ["--distribution=block:block"]}
+    one = spec(job="  gpus_per_node: 4\n  sbatch: {distribution: 'cyclic:cyclic'}")
+    assert "srun_args" not in submitit_plan(one, FOLDER).parameters  # the user's own
 
 
 def test_whole_nodes_by_default_and_no_time_when_the_spec_has_none():
