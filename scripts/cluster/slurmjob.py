@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 SUMMARY_PREFIX = "DDP_SUMMARY "
@@ -88,10 +89,17 @@ def job_info(job_id: str) -> dict[str, str]:
 
 
 def collect_output(job_id: str, info: dict[str, str], cwd: str) -> str:
-    """The job's stdout and any per-node log named after the job id (logs/NAME-ID.node*.out)."""
+    """The job's stdout and any per-node log named after the job id (logs/NAME-ID.node*.out)
+    written since the job was submitted: a restarted lab numbers jobs from 1 again, and an
+    earlier job's logs with the same id may remain."""
     paths = [info.get("StdOut", "")]
     workdir = info.get("WorkDir", cwd)
-    paths += sorted(glob.glob(os.path.join(workdir, "logs", f"*-{job_id}.*")))
+    try:
+        since = datetime.strptime(info["SubmitTime"], "%Y-%m-%dT%H:%M:%S").timestamp() - 1
+    except (KeyError, ValueError):
+        since = 0.0
+    paths += sorted(p for p in glob.glob(os.path.join(workdir, "logs", f"*-{job_id}.*"))
+                    if os.path.getmtime(p) >= since)
     parts = []
     for path in paths:
         if path and os.path.isfile(path):
