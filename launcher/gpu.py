@@ -75,9 +75,11 @@ def parse_cpulist(text: str) -> Set[int]:
 
 
 def cpu_ranges(cpus: Iterable[int]) -> str:
-    """{0, 1, 2, 5} -> "0-2,5" (the kernel's format)."""
+    """{0, 1, 2, 5} -> "0-2,5" (the kernel's format); "" for none."""
     out, ordered = [], sorted(cpus)
-    start = prev = ordered[0] if ordered else 0
+    if not ordered:
+        return ""
+    start = prev = ordered[0]
     for cpu in ordered[1:] + [None]:
         if cpu is not None and cpu == prev + 1:
             prev = cpu

@@ -53,7 +53,7 @@ def test_cpulist(text, cpus):
     assert gpu.parse_cpulist(text) == cpus
     if cpus:
         assert gpu.parse_cpulist(gpu.cpu_ranges(cpus)) == cpus
-    assert gpu.cpu_ranges({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert gpu.cpu_ranges({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8" and gpu.cpu_ranges(set()) == ""
 
 
 def test_gpu_cpus_and_sockets_from_sysfs(sysfs):
