@@ -169,8 +169,8 @@ def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
 
 def test_progress_deadline_leaves_a_stepping_job_alone(cluster, shared_tmp):
     """A job that steps for longer than the deadline (400 steps of 0.5 s, collectives in
-    every step's backward) finishes and no line is printed; every rank's last mark holds the
-    same count of collectives (ddp_train.py ends with os._exit, so atexit's "done" mark is
+    every step's backward) finishes and no line is printed; every rank's last mark holds about
+    the same count of collectives (ddp_train.py ends with os._exit, so atexit's "done" mark is
     not written: the watcher stops with the launch, not on the marks)."""
     job = render(shared_tmp, "00:10:00", "examples/ddp_train.py, --steps, '400', --step-sleep, "
                  "'0.5'",
@@ -183,5 +183,11 @@ def test_progress_deadline_leaves_a_stepping_job_alone(cluster, shared_tmp):
     marks = [p.read_text().split() for p in
              sorted((REPO / ".hangs" / res.job_id / "progress").glob("rank-*"))]
     assert len(marks) == 4 and all(m[-1] in ("state=run", "state=done") for m in marks), marks
-    assert int(marks[0][0].split("=")[1]) > 400, marks  # the backward's collectives counted
-    assert len({m[0] for m in marks}) == 1, marks  # every rank issued as many collectives
+    counts = [int(m[0].split("=")[1]) for m in marks]
+    assert min(counts) > 400, marks  # the backward's collectives counted
+    # Every rank issued as many collectives, but each mark is its count at the thread's last
+    # look (once a second) before os._exit, and the ranks' last looks differ by up to one
+    # period: the counts may differ by what two seconds of steps issue, not more (a rank whose
+    # backward went uncounted would be hundreds behind). Seen: 802, 803, 803, 804.
+    per_second = max(counts) / (400 * 0.5)
+    assert max(counts) - min(counts) <= 2 * per_second + 1, marks
