@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterable
 
 SUMMARY_PREFIX = "DDP_SUMMARY "
 # torch's own log lines: glog-style C++ warnings ("[W1125 19:14:13.62 socket.cpp:207] ...",
@@ -50,6 +50,28 @@ class JobResult:
     @property
     def summaries(self) -> list[dict[str, Any]]:
         return parse_summaries(self.output)
+
+    @property
+    def ended_at(self) -> float:
+        """Slurm's EndTime as unix time (1 s resolution)."""
+        return slurm_time(self.info["EndTime"])
+
+    def this_jobs(self, paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+        return written_since_submit(paths, self.info)
+
+
+def slurm_time(text: str) -> float:
+    """A timestamp as scontrol prints it (2026-11-26T05:16:03, local time) as unix time."""
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+
+
+def written_since_submit(paths: Iterable[str | os.PathLike[str]],
+                         info: dict[str, str]) -> list[str]:
+    """Those of ``paths`` written since the job (``info``: scontrol's fields) was submitted: a
+    restarted lab numbers jobs from 1 again, and files of an earlier job with the same id
+    (logs/NAME-ID.*, .hangs/ID/) may remain."""
+    since = slurm_time(info["SubmitTime"]) - 1 if "SubmitTime" in info else 0.0
+    return sorted(str(p) for p in paths if os.path.getmtime(p) >= since)
 
 
 def run(argv: list[str], timeout: float = 30, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -90,16 +112,10 @@ def job_info(job_id: str) -> dict[str, str]:
 
 def collect_output(job_id: str, info: dict[str, str], cwd: str) -> str:
     """The job's stdout and any per-node log named after the job id (logs/NAME-ID.node*.out)
-    written since the job was submitted: a restarted lab numbers jobs from 1 again, and an
-    earlier job's logs with the same id may remain."""
+    written since the job was submitted."""
     paths = [info.get("StdOut", "")]
     workdir = info.get("WorkDir", cwd)
-    try:
-        since = datetime.strptime(info["SubmitTime"], "%Y-%m-%dT%H:%M:%S").timestamp() - 1
-    except (KeyError, ValueError):
-        since = 0.0
-    paths += sorted(p for p in glob.glob(os.path.join(workdir, "logs", f"*-{job_id}.*"))
-                    if os.path.getmtime(p) >= since)
+    paths += written_since_submit(glob.glob(os.path.join(workdir, "logs", f"*-{job_id}.*")), info)
     parts = []
     for path in paths:
         if path and os.path.isfile(path):

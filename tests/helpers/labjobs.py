@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,7 @@ def assert_ended_within(res: Any, pattern: str, what: str, limit_s: float) -> fl
     (Slurm's EndTime has 1 s resolution) and returns it."""
     m = re.search(pattern, res.output)
     assert m, res.output
-    end = datetime.strptime(res.info["EndTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
-    lag = end - float(m.group(1))
+    lag = res.ended_at - float(m.group(1))
     print(f"{what} -> job end: {lag:.1f} s (EndTime has 1 s resolution)")
     assert lag < limit_s, f"job ended {lag:.1f} s after the {what}"
     return lag

@@ -8,7 +8,6 @@ faked sysfs tree: two sockets of four CPUs, GPUs 0-1 on socket 0 and 2-3 on sock
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,7 +15,7 @@ import pytest
 
 from launcher import gpu
 from launcher.jobscript import render_jobscript
-from launcher.spec import parse_spec
+from tests.unit.test_spec_traps import parse
 
 PCI = {0: 0x07, 1: 0x0f, 2: 0x47, 3: 0x4e}  # GPU index -> PCI bus
 
@@ -100,13 +99,12 @@ def test_no_placement_facts_no_warning(sysfs, tmp_path):
 
 
 def render(launch: str, job: str = "gpus_per_node: 4") -> str:
-    spec = parse_spec(textwrap.dedent(f"""\
+    return render_jobscript(parse(f"""\
         job: {{nodes: 2, {job}}}
         runtime: {{kind: apptainer, image: i.sif}}
         launch: {{{launch}}}
         program: [python3, t.py]
-        """), "t.yaml")
-    return render_jobscript(spec)
+        """))
 
 
 def launch_line(script: str) -> str:
