@@ -2,7 +2,7 @@
 # Run the launcher's real two-node test (tests/lab/test_torchrun_jsc_real.py) under older torch
 # releases, each in its own virtual environment under build/torch-compat/VERSION.
 #
-#   bash scripts/torch-compat.sh [VERSION...]     # default: 1.9.0 1.13.1 2.0.1 2.4.1 2.5.1
+#   bash scripts/torch-compat.sh [VERSION...]     # default: 1.9.0 1.10.2 1.13.1 2.0.1 2.4.1 2.5.1
 #
 # Why these: 1.9 is the first torchrun (no is_host in --rdzv_conf: compat patches the hostname
 # match); 1.13 is the last 1.x; 2.0 publishes the agent's FQDN as MASTER_ADDR; 2.4 builds it in
@@ -37,7 +37,7 @@ python_for() {  # python_for TORCH X.Y: a working pythonX.Y (pyenv shims exist b
 }
 
 versions=("$@")
-[ ${#versions[@]} -gt 0 ] || versions=(1.9.0 1.13.1 2.0.1 2.4.1 2.5.1)
+[ ${#versions[@]} -gt 0 ] || versions=(1.9.0 1.10.2 1.13.1 2.0.1 2.4.1 2.5.1)
 failed=()
 for v in "${versions[@]}"; do
     [[ "$v" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "bad torch version '$v' (accepted: X.Y.Z, e.g. 2.4.1)"

@@ -12,10 +12,9 @@ import argparse
 import textwrap
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from launcher import __version__
-from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
 
 from .decide import MIN_TORCH_TEXT
 
@@ -86,9 +85,41 @@ def wants_version(argv: Sequence[str]) -> bool:
     return bool(argv) and argv[0] == "--version"
 
 
+def torch_parser(torch_run: ModuleType) -> argparse.ArgumentParser:
+    """The parser torch's own ``torchrun`` parses with, legacy options included.
+
+    ``get_args_parser()`` is not all of it everywhere: torch 1.9's ``parse_args(args)`` adds
+    the legacy ``--use_env`` (default True) to that parser before parsing, and its ``run()``
+    reads ``args.use_env`` (without it every launch dies with ``'Namespace' object has no
+    attribute 'use_env'``). So torch's own ``parse_args`` is called once, with
+    ``get_args_parser`` recording the parser it builds and that parser's ``parse_args``
+    answering nothing; both are restored before return. Whatever a torch release adds there,
+    the namespace parsed with the returned parser is the one torchrun would build.
+    """
+    built: List[argparse.ArgumentParser] = []
+    original = torch_run.get_args_parser
+    if not callable(getattr(torch_run, "parse_args", None)):
+        return original()
+
+    def recording() -> argparse.ArgumentParser:
+        p = original()
+        p.parse_args = lambda *a, **k: argparse.Namespace()  # type: ignore[method-assign]
+        built.append(p)
+        return p
+
+    torch_run.get_args_parser = recording
+    try:
+        torch_run.parse_args([])
+    finally:
+        torch_run.get_args_parser = original
+        for p in built:
+            del p.parse_args  # the instance attribute: argparse's method again
+    return built[0] if built else original()
+
+
 def parser(torch_run: ModuleType) -> argparse.ArgumentParser:
     """torch's torchrun parser, named torchrun_jsc, with torchrun_jsc's epilog and --version."""
-    p = torch_run.get_args_parser()
+    p = torch_parser(torch_run)
     p.prog = PROG
     p.description = f"{DESCRIPTION}\n\n{p.description or ''}".rstrip()
     p.epilog = epilog()

@@ -91,6 +91,37 @@ def test_torchrun_jsc_passes_without_slurm(net, release):
     assert_all_ok(launch(net, TORCHRUN_JSC, "tjsc0001i:29613", net.hosts_jsc), release)
 
 
+@pytest.mark.parametrize("prefer,port", [({"TORCHRUN_JSC_PREFER_OLD_SOLUTION": "1"}, 29619),
+                                         ({"TORCHRUN_JSC_PREFER_ARG_PATCHING": "0"}, 29620)],
+                         ids=["prefer_old_solution", "prefer_arg_patching_0"])
+def test_torchrun_jsc_passes_with_the_old_solution_asked_for(net, release, prefer, port):
+    """The monkey-patching path on every torch, as JSC's torchrun_jsc package's variables ask."""
+    env = {n: {**e, **prefer} for n, e in SLURM.items()}
+    results = launch(net, TORCHRUN_JSC, f"tjsc0001i:{port}", net.hosts_jsc, env)
+    assert_all_ok(results, release)
+    assert "old-torch fallback" in results[1][1], results[1][1][-3000:]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--nnodes=2", "--rdzv_endpoint=jwb0001i:29500", "t.py", "--lr", "1"],
+    ["--standalone", "--nproc_per_node=2", "--no_python", "hostname"],
+    ["--nnodes=2", "t.py", "--use_env"],  # the script's own
+])
+def test_namespace_matches_this_torchs_own_parse_args(argv):
+    """Issue 30: with PYTHON's torch (1.9 under make test's oldest-torch run), torchrun_jsc's
+    namespace is the one torch's own entry point builds, legacy options included."""
+    code = ("import sys, json; from torch.distributed import run as r; "
+            "from launcher.torchrun_jsc import usage; a = sys.argv[1:]; "
+            "print(json.dumps([sorted(vars(usage.parser(r).parse_args(a)).items()), "
+            "sorted(vars(r.parse_args(a)).items())], default=str))")
+    p = subprocess.run([PYTHON, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import json
+    ours, torchs = json.loads(p.stdout)
+    assert ours == torchs
+
+
 def test_endpoint_on_second_node(net, release):
     """The store host need not be node rank 0, and SLURM_NODEID may point elsewhere."""
     results = launch(net, TORCHRUN_JSC, "tjsc0002i:29614", net.hosts_jsc, SLURM)

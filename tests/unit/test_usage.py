@@ -117,3 +117,40 @@ def test_version_only_first_counts_before_torch_is_imported():
     assert usage.wants_version(["--version"])
     assert not usage.wants_version(["train.py", "--version"])
     assert not usage.wants_version([])
+
+
+def _torch_19_run():
+    """torch 1.9's shape: ``parse_args`` adds the legacy ``--use_env`` that ``run`` reads."""
+    import argparse
+    import types
+
+    def get_args_parser():
+        p = argparse.ArgumentParser(prog="torchrun")
+        p.add_argument("--nnodes", default="1:1")
+        p.add_argument("training_script")
+        p.add_argument("training_script_args", nargs=argparse.REMAINDER)
+        return p
+
+    def parse_args(args):
+        parser = mod.get_args_parser()
+        parser.add_argument("--use_env", default=True, action="store_true")
+        return parser.parse_args(args)
+
+    mod = types.SimpleNamespace(get_args_parser=get_args_parser, parse_args=parse_args)
+    return mod
+
+
+@pytest.mark.parametrize("argv", [["--nnodes=2", "t.py", "--lr", "1"],
+                                  ["--use_env", "t.py"],
+                                  ["t.py", "--use_env"]])  # the script's own, not torchrun's
+def test_namespace_is_what_torchs_own_parse_args_builds_legacy_options_included(argv):
+    """Issue 30: on torch 1.9 the namespace lacked use_env and every launch died in run()."""
+    run = _torch_19_run()
+    get_args_parser, parse_args = run.get_args_parser, run.parse_args
+    ours = usage.parser(run).parse_args(argv)
+    assert vars(ours) == vars(parse_args(argv))
+    assert ours.use_env is True
+    # torch's module is left as it was, and the parser parses for real (not the recorder's stub)
+    assert run.get_args_parser is get_args_parser and run.parse_args is parse_args
+    with pytest.raises(SystemExit):
+        usage.parser(run).parse_args(["--nnodes=2"])  # no script: argparse's usage error
