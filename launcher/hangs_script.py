@@ -29,7 +29,7 @@ from launcher import stacks
 from launcher.model import JobSpec
 from launcher.requeue_script import WAIT_FOR_LAUNCH
 
-from launcher.shell import Assign, Raw, Statement, Token, Var, join, word
+from launcher.shell import Assign, Raw, Statement, Token, Var, join, quote, word
 
 HERE = Path(__file__).resolve().parent
 HANGS_DIR = ".hangs"  # under the submit directory, one directory per job id
@@ -70,8 +70,15 @@ def fr_exports() -> str:
     return " \\\n    ".join(first) + "\nexport " + " \\\n    ".join(then)
 
 
+# The hook's variable naming the mode's rank variables (launcher.modes: LaunchMode.rank_vars).
+RANK_VARS_ENV = hook_constant("RANK_VARS_ENV")
 # What must reach the ranks inside a container that forwards by name only (Enroot).
-NAMES: Tuple[str, ...] = (DIR_ENV, "PYTHONPATH") + tuple(n for n, _ in FLIGHT_RECORDER)
+NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV, "PYTHONPATH") + \
+    tuple(n for n, _ in FLIGHT_RECORDER)
+# The kit's helpers (collector, report, watcher): isolated (-I), so that neither the job's
+# PYTHONPATH (the hook itself: under an MPI rank variable it could arm them) nor a user's
+# module beside the submit directory is imported.
+ISOLATED = ("python3", "-I", "-c")
 
 
 def compact(source: str) -> str:
@@ -103,7 +110,7 @@ def stacks_srun(job: Token, nodes: Token, script: Token,
     container: each signals its node's ranks and prints their dumps as JSON lines."""
     return ["srun", "--overlap", word("--jobid=", job), word("--nodes=", nodes),
             word("--ntasks=", nodes), "--ntasks-per-node=1", "--cpus-per-task=1",
-            "--kill-on-bad-exit=0", "python3", "-c", script, "node", job, str(wait_s)]
+            "--kill-on-bad-exit=0", *ISOLATED, script, "node", job, str(wait_s)]
 
 
 def sbatch_options(spec: JobSpec) -> List[Tuple[str, Optional[str]]]:
@@ -120,10 +127,12 @@ def progress_period(timeout: int) -> int:
     return max(1, min(60, timeout // 10))
 
 
-def setup_lines(spec: Optional[JobSpec] = None) -> List[Statement]:
-    """Batch scope, before any step: the directory, the hook, the variables, the trap."""
+def setup_lines(spec: Optional[JobSpec] = None,
+                rank_vars: Tuple[str, ...] = ("RANK",)) -> List[Statement]:
+    """Batch scope, before any step: the directory, the hook, the variables, the trap.
+    ``rank_vars``: the mode's (launcher.modes: LaunchMode.rank_vars)."""
     fr = fr_exports()
-    report: List[Token] = ["python3", "-c", Var("stacks_py"), "report", Var("SLURM_JOB_ID")]
+    report: List[Token] = [*ISOLATED, Var("stacks_py"), "report", Var("SLURM_JOB_ID")]
     step = join(stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))) + " \\\n    | " + \
         join(report)
     return [
@@ -139,6 +148,9 @@ def setup_lines(spec: Optional[JobSpec] = None) -> List[Statement]:
         Assign("stacks_py", stacks_text()),
         Raw(f'export {DIR_ENV}="$hangs_dir" '
             'PYTHONPATH="$hangs_dir/hook${PYTHONPATH:+:${PYTHONPATH}}"'),
+        Raw("# Only processes with one of these run the program as a rank (never a per-node\n"
+            "# launcher, which may carry PMIX_RANK/PMI_RANK/OMPI_COMM_WORLD_RANK too)."),
+        Raw(f"export {RANK_VARS_ENV}={quote(' '.join(rank_vars))}"),
         Raw(f"export {fr}"),
         Raw(f"""\
 # The stacks, once, into this log: at SIGURG ({WARN_BEFORE_S} s before the time limit, or
@@ -178,7 +190,7 @@ def watch_lines(spec: JobSpec) -> List[str]:
     if timeout is None:
         return []
     collector = stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))
-    argv: List[Token] = ["python3", "-c", Var("stacks_py"), "watch", Var("SLURM_JOB_ID"),
+    argv: List[Token] = [*ISOLATED, Var("stacks_py"), "watch", Var("SLURM_JOB_ID"),
                          Var("hangs_dir"), str(timeout), str(progress_period(timeout)),
                          str(KILL_AFTER_S), "--",
                          *collector]

@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple, Union
 
 from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
-from launcher.modes import Plan, plan_launch
+from launcher.modes import Plan, mode_for, plan_launch
 from launcher.modes.base import TASK_ENV_NAME
 from launcher import hangs_script, requeue_script
 from launcher.doctor.ship import doctor_lines
@@ -225,7 +225,8 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
     blocks = [site_lines(spec), env_lines(spec, runtime),
               _geometry_lines(spec, plan, runtime, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
-              [] if doctor else hangs_script.setup_lines(spec),
+              [] if doctor else hangs_script.setup_lines(
+                  spec, mode_for(spec.launch.mode).rank_vars),
               requeue_script.setup_lines(spec, via_mpirun=plan.via_mpirun)]
     for block in blocks:
         if block:

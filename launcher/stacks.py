@@ -13,7 +13,7 @@ the ranks' progress marks (written by the hook) and, once no rank made progress 
 timeout, collects and prints the stacks, names the rank that is behind in one line (into the
 file ``no-progress``, which the jobscript prints last) and ends the job's steps.
 
-Standard library only, Python >= 3.6, run as a script (``python3 -c "$(cat stacks.py)"``
+Standard library only, Python >= 3.6, run as a script (``python3 -I -c "$(cat stacks.py)"``
 on a node, outside any container: the ranks' processes are visible from the host) and
 imported by the CLI and the tests. No launcher imports: the text is shipped as it is.
 """
@@ -77,9 +77,12 @@ def armed(job_id, proc="/proc"):
     "Here" is this node: a process whose SLURMD_NODENAME names another node is left alone.
     On a real node /proc holds only its own processes anyway; where several Slurm nodes share
     one kernel (the lab's nodes, a multi-slurmd test set-up) each collector would otherwise
-    signal and report every node's ranks."""
+    signal and report every node's ranks. The dump file is this host's with the process's own
+    pid (the one it sees in its container): process ids repeat across nodes, and every
+    node's dumps are in one shared directory."""
     out = []
     node = os.environ.get("SLURMD_NODENAME")
+    host = glob.escape(socket.gethostname().split(".")[0])  # as the hook names its file
     for pid in os.listdir(proc):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -90,7 +93,8 @@ def armed(job_id, proc="/proc"):
         if node and env.get("SLURMD_NODENAME", node) != node:
             continue
         inner, state = _status(pid, proc)
-        files = glob.glob(os.path.join(directory, "stacks", "rank-*.pid-%d.txt" % inner))
+        files = glob.glob(os.path.join(glob.escape(directory), "stacks",
+                                       "rank-*.host-%s.pid-%d.txt" % (host, inner)))
         if files:
             out.append((int(pid), files[0], state))
     return sorted(out)
@@ -314,10 +318,21 @@ def read_marks(directory, since=0.0):
     return out
 
 
+def started(mark):
+    """Has this rank made its first progress (a collective issued, launcher.progress()
+    called) or finished? A mark that could not be read says nothing: not yet."""
+    return mark["done"] or any(mark[k] for k in ("world", "all", "calls"))
+
+
 def overdue(marks, now, timeout):
-    """Seconds since any rank last made progress, when that is at least ``timeout`` and some
-    rank still runs; else None (no rank has started yet, or every rank has finished)."""
+    """Seconds since any rank last made progress, when that is at least ``timeout``; else
+    None. The clock runs only once every rank that reported has made its first progress and
+    while some rank still runs: start-up (imports, model, checkpoint, compilation before the
+    first collective) never counts, and a rank that never reaches its first collective is
+    left to torch's collective timeout (docs/guide/hangs.md)."""
     if not marks or all(m["done"] for m in marks.values()):
+        return None
+    if not all(started(m) for m in marks.values()):
         return None
     idle = now - max(m["t"] for m in marks.values())
     return idle if idle >= timeout else None
@@ -354,15 +369,52 @@ def verdict(records, marks, timeout):
     return "no progress for %d s: %s; job ended" % (timeout, text)
 
 
+def job_steps(job_id, squeue_lines):
+    """The job's own steps from ``squeue -h -s -j JOBID -o %i`` lines ("5.0", "5.1"): not
+    the batch, extern or interactive step, nor another job's."""
+    prefix = "%s." % job_id
+    return [line.strip() for line in squeue_lines
+            if line.strip().startswith(prefix) and line.strip()[len(prefix):].isdigit()]
+
+
+def _scancel(args):
+    try:
+        subprocess.call(["scancel"] + args)
+    except OSError as exc:
+        print("watch: scancel: %s" % exc, file=sys.stderr)
+
+
 def _stop(job_id, kill_after, sleep):
-    """SIGTERM to every step of the job (not the batch shell), SIGKILL after ``kill_after``."""
-    for sig in ("TERM", "KILL"):
-        try:
-            subprocess.call(["scancel", "--signal=" + sig, str(job_id)])
-        except OSError as exc:
-            print("watch: scancel: %s" % exc, file=sys.stderr)
-        if sig == "TERM":
-            sleep(kill_after)
+    """SIGTERM to every step of the job (scancel --signal without a step: the steps, not the
+    batch shell), then, ``kill_after`` s later, SIGKILL to each step still there by its step
+    id: SIGKILL sent to the job id cancels the job (state CANCELLED, not FAILED with 124)."""
+    _scancel(["--signal=TERM", str(job_id)])
+    sleep(kill_after)
+    steps = list_steps(job_id)
+    if steps:
+        _scancel(["--signal=KILL"] + steps)
+
+
+def list_steps(job_id):
+    """The job's running steps, by one squeue (none when squeue fails: nothing is killed)."""
+    try:
+        listed = subprocess.run(["squeue", "-h", "-s", "-j", str(job_id), "-o", "%i"],
+                                stdout=subprocess.PIPE, universal_newlines=True,
+                                timeout=60).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        print("watch: squeue: %s" % exc, file=sys.stderr)
+        return []
+    return job_steps(job_id, listed)
+
+
+def _starting_note(job_id, timeout, waiting):
+    if not waiting:
+        return ("job %s: launch.hang_timeout: no rank has reported after %d s (still "
+                "starting, or the image hides the kit's hook: docs/guide/hangs.md)\n"
+                % (job_id, timeout))
+    return ("job %s: launch.hang_timeout: %s %s issued no collective after %d s; the "
+            "deadline starts once every rank has (docs/guide/hangs.md)\n"
+            % (job_id, "rank" if len(waiting) == 1 else "ranks", ranges(waiting), timeout))
 
 
 def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.time,
@@ -379,12 +431,12 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
         idle = overdue(marks, clock(), timeout)
         if idle is not None:
             break
-        if not marks and not noted and clock() - start >= timeout:
-            noted = True
-            out.write("job %s: launch.hang_timeout: no rank has reported after %d s (still "
-                      "starting, or the image hides the kit's hook: docs/guide/hangs.md)\n"
-                      % (job_id, timeout))
-            out.flush()
+        if not noted and clock() - start >= timeout:
+            waiting = sorted(r for r, m in marks.items() if not started(m))
+            if not marks or waiting:
+                noted = True
+                out.write(_starting_note(job_id, timeout, waiting))
+                out.flush()
     out.write("job %s: no progress for %d s (launch.hang_timeout %d) at %.6f: every rank's "
               "stack (jsc-compose stacks)\n" % (job_id, idle, timeout, clock()))
     out.flush()

@@ -5,14 +5,19 @@ job's directory ``.hangs/JOBID/hook/`` and puts that on PYTHONPATH) -> every Pyt
 of the job imports it at start-up -> ``launcher.stacks`` (``jsc-compose stacks JOBID``, or the
 jobscript before the job is killed) signals the ranks and reads what they wrote.
 
-Standard library only, Python >= 3.6, no output, never raises. It arms only a rank: a
-process with RANK (torchrun, srun and the per-node launchers' workers) or an MPI rank
-variable, and only the first Python process of that rank (children inherit
-TORCHRUN_JSC_STACKS_PID and stay unarmed: DataLoader workers, subprocesses; forked children
-are disarmed at fork). Arming costs one open file; nothing runs until SIGURG comes, whose
+Standard library only, Python >= 3.6, no output, never raises. It arms only a process that
+runs the user's program as a rank: one with a rank variable of the mode (the jobscript names
+them in TORCHRUN_JSC_STACKS_RANK_VARS; RANK where unset: torchrun's, accelerate's and
+deepspeed's workers, srun mode's tasks), and only the first Python process of that rank
+(children inherit TORCHRUN_JSC_STACKS_PID and stay unarmed: DataLoader workers,
+subprocesses; forked children are disarmed at fork). MPI rank variables (PMIX_RANK with
+srun --mpi=pmix, PMI_RANK under psslurm, OMPI_COMM_WORLD_RANK under mpirun) count only in a
+mode whose ranks MPI starts (horovod): elsewhere the per-node agent carries them too, and an
+armed agent would leave its workers unarmed (issue 26). Arming costs one open file; nothing runs until SIGURG comes, whose
 default action is to be ignored, so the same signal reaching an unarmed process does nothing.
 Then faulthandler (C code, no GIL needed: also while the rank waits in NCCL or gloo) appends
-every thread's Python stack to ``STACKS_DIR/rank-R.pid-P.txt``. Any other sitecustomize on
+every thread's Python stack to ``STACKS_DIR/rank-R.host-H.pid-P.txt`` (process ids repeat
+across nodes: the collector matches host and pid). Any other sitecustomize on
 the path after this one still runs.
 
 Progress (only where the directory ``STACKS_DIR/progress`` exists: the spec sets
@@ -29,7 +34,8 @@ import sys
 
 DIR_ENV = "TORCHRUN_JSC_STACKS"  # the directory the dumps go to (set by the jobscript)
 PID_ENV = "TORCHRUN_JSC_STACKS_PID"  # the armed process of this rank
-RANK_ENVS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+RANK_VARS_ENV = "TORCHRUN_JSC_STACKS_RANK_VARS"  # the mode's rank variables, space-separated
+RANK_ENVS = ("RANK",)  # where the jobscript names none
 MODULE = "jsc_stacks_hook"  # this module in sys.modules, for launcher.progress()
 MARK_WIDTH = 128  # bytes of a mark: rewritten in place, never truncated (a reader sees a whole one)
 _keep = []  # the open dump file: faulthandler writes to its descriptor
@@ -37,7 +43,7 @@ _calls = [0]  # launcher.progress() calls of this rank
 
 
 def _rank(env):
-    for var in RANK_ENVS:
+    for var in env.get(RANK_VARS_ENV, "").split() or RANK_ENVS:
         value = env.get(var, "")
         if value.isdigit():
             return value
@@ -95,15 +101,16 @@ def _arm(env):
     import _thread
 
     os.environ[PID_ENV] = str(os.getpid())
+    host = socket.gethostname().split(".")[0]
     stacks = os.path.join(directory, "stacks")
-    path = os.path.join(stacks, "rank-%s.pid-%d.txt" % (rank, os.getpid()))
+    path = os.path.join(stacks, "rank-%s.host-%s.pid-%d.txt" % (rank, host, os.getpid()))
     try:
         f = open(path, "a")
     except OSError:
         return
     f.write("# jsc-stacks rank=%s local_rank=%s host=%s pid=%d main=%d argv=%s\n" % (
         rank, env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "?")),
-        socket.gethostname().split(".")[0], os.getpid(), _thread.get_ident(),
+        host, os.getpid(), _thread.get_ident(),
         " ".join(sys.argv[:1] or ["?"])[:200].replace("\n", " ")))
     f.flush()
     faulthandler.register(signal.SIGURG, file=f, all_threads=True, chain=False)

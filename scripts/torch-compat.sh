@@ -36,6 +36,10 @@ python_for() {  # python_for TORCH X.Y: a working pythonX.Y (pyenv shims exist b
     die "torch $1 needs python$want, which is not installed"
 }
 
+# glibc >= 2.41 (trixie's, which the lab's Apptainer needs) refuses to load a library that
+# asks for an executable stack, as torch 1.10's libtorch_cpu.so does ("cannot enable
+# executable stack"); this tunable restores the old behaviour for these processes only.
+export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.rtld.execstack=2"
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(1.9.0 1.10.2 1.13.1 2.0.1 2.4.1 2.5.1)
 failed=()

@@ -106,6 +106,11 @@ class LaunchMode:
     # Why the stack hook sees no progress in this mode's ranks ("" where it does: ranks
     # whose collectives are torch.distributed's): launch.hang_timeout is refused with it.
     no_progress_hook: ClassVar[str] = ""
+    # The variables that only the processes running the user's program as ranks carry (the
+    # stack hook arms those, launcher/stacks_hook.py): RANK, set by torch's elastic agent for
+    # its workers (torchrun, mpirun_torchrun, accelerate), by deepspeed's launcher and by srun
+    # mode's task script. Not the MPI ones: the per-node agent carries those too.
+    rank_vars: ClassVar[Tuple[str, ...]] = ("RANK",)
 
     def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> Any:
         """Validate this mode's own keys (beyond the shared Launch fields) into its typed

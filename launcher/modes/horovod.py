@@ -29,6 +29,8 @@ class Horovod(LaunchMode):
         "mpi_plugin": "it is srun's --mpi=PLUGIN for horovod's MPI ranks",
     }
     no_progress_hook = "horovod's collectives are not torch.distributed's"
+    # MPI starts the program itself, one process per rank (mpirun, or srun with PMIx/PMI)
+    rank_vars = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
     def options(self, r: Reader, m: Mapping[str, Any], site: Site) -> HorovodOptions:
         mpi = r.choice("launch.mpi", m.get("mpi", "srun"), ("srun", "mpirun"))

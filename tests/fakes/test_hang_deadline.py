@@ -109,6 +109,9 @@ def test_real_gloo_ranks_watched_until_the_deadline(progress_dir, tmp_path):
     bin_dir.mkdir()
     (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" >>{tmp_path}/scancel\n")
     (bin_dir / "scancel").chmod(0o755)
+    # squeue -s: the job's steps as Slurm lists them (the KILL goes to the launch's step only)
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\nprintf '%s\\n' {JOB}.batch {JOB}.extern {JOB}.0\n")
+    (bin_dir / "squeue").chmod(0o755)
     env = hook_env(progress_dir, READY_DIR=str(ready), OMP_NUM_THREADS="1",
                    SLURMD_NODENAME="jwbA")
     p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -135,7 +138,8 @@ def test_real_gloo_ranks_watched_until_the_deadline(progress_dir, tmp_path):
                              "other 3; job ended\n"), line
         marks = stacks.read_marks(str(progress_dir))
         assert sorted(m["world"] for m in marks.values()) == [1, 2, 2, 2], marks
-        assert (tmp_path / "scancel").read_text() == f"--signal=TERM {JOB}\n--signal=KILL {JOB}\n"
+        assert (tmp_path / "scancel").read_text() == \
+            f"--signal=TERM {JOB}\n--signal=KILL {JOB}.0\n"
         assert 30 <= took < 30 + 60, took
         assert p.poll() is None  # the fake scancel ended nothing: this test does
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -60,11 +61,17 @@ def test_normal_run_undisturbed_and_children_unarmed(hookdir, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
     (dump,) = (hookdir / "stacks").iterdir()  # the rank only: no child armed itself
-    assert dump.name.startswith("rank-5.pid-")
+    assert dump.name.startswith(f"rank-5.host-{socket.gethostname().split('.')[0]}.pid-")
     assert dump.read_text().count("\n") == 1  # the header, nothing else
-    # Without a rank variable (torchrun's agent, the batch shell's python) nothing is armed.
-    subprocess.run([sys.executable, "-c", "pass"], env=hook_env(hookdir), check=True)
+    # Without a rank variable (torchrun's agent, the batch shell's python) nothing is armed,
+    # nor with only an MPI one (srun --mpi=pmix, psslurm, mpirun put it on the agent too) ...
+    for mpi in ({}, {"PMIX_RANK": "0"}, {"PMI_RANK": "1"}, {"OMPI_COMM_WORLD_RANK": "2"}):
+        subprocess.run([sys.executable, "-c", "pass"], env=hook_env(hookdir, **mpi), check=True)
     assert len(list((hookdir / "stacks").iterdir())) == 1
+    # ... unless the mode's ranks are MPI's (horovod: the jobscript names them)
+    subprocess.run([sys.executable, "-c", "pass"], check=True, env=hook_env(
+        hookdir, PMI_RANK="7", TORCHRUN_JSC_STACKS_RANK_VARS="OMPI_COMM_WORLD_RANK PMI_RANK"))
+    assert len(list((hookdir / "stacks").glob("rank-7.*"))) == 1
 
 
 def test_chains_to_the_hidden_sitecustomize(hookdir, tmp_path_factory):
@@ -95,11 +102,17 @@ def test_signal_dumps_and_collector_reads(hookdir):
         p.wait()
 
 
-def test_real_gloo_ranks_one_stuck(hookdir, tmp_path):
+@pytest.mark.parametrize("agent_env", [{}, {"PMIX_RANK": "0"}, {"PMI_RANK": "0"},
+                                       {"OMPI_COMM_WORLD_RANK": "0"}],
+                         ids=["none", "pmix", "psslurm", "openmpi"])
+def test_real_gloo_ranks_one_stuck(hookdir, tmp_path, agent_env):
+    """Issue 26: the agent may carry an MPI rank variable (srun --mpi=pmix, psslurm, mpirun
+    in mode mpirun_torchrun); its workers are armed all the same, the agent never."""
     pytest.importorskip("torch")
     ready = tmp_path / "ready"
     ready.mkdir()
-    env = hook_env(hookdir, READY_DIR=str(ready), OMP_NUM_THREADS="1", SLURMD_NODENAME="jwbA")
+    env = hook_env(hookdir, READY_DIR=str(ready), OMP_NUM_THREADS="1", SLURMD_NODENAME="jwbA",
+                   **agent_env)
     p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc_per_node", "4",
                           str(REPO / "tests/helpers/programs/hang_ranks.py")],

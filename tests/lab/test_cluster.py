@@ -217,3 +217,18 @@ def test_srun_mpi_pmix_across_nodes(cluster, shared_tmp):
     lines = sorted(line for line in p.stdout.splitlines() if line.startswith("MPI "))
     assert lines == ["MPI 0/4 jwb0001 6", "MPI 1/4 jwb0001 6", "MPI 2/4 jwb0002 6",
                      "MPI 3/4 jwb0002 6"], p.stdout
+
+
+def test_every_step_task_carries_mpi_rank_variables(cluster, shared_tmp):
+    """As on real sites (issue 26): MpiDefault=pmix gives each task PMIX_RANK, and the
+    psslurm-like task prolog PMI_RANK/PMI_SIZE; the batch script gets neither."""
+    show = "echo TASK $SLURM_PROCID pmix=${PMIX_RANK:-none} pmi=${PMI_RANK:-none}/${PMI_SIZE:-none}"
+    p = sh(["srun", "-N2", "--ntasks-per-node=2", "--time=1", "bash", "-c", show], timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("TASK "))
+    assert lines == [f"TASK {r} pmix={r} pmi={r}/4" for r in range(4)], p.stdout
+    script = shared_tmp / "batch-env.sh"
+    script.write_text("#!/bin/bash\necho BATCH pmix=${PMIX_RANK:-none} pmi=${PMI_RANK:-none}\n")
+    res = cluster.run_job(str(script), ["-N1", "-o", str(shared_tmp / "batch-env-%j.out")],
+                          timeout=120)
+    assert res.state == "COMPLETED" and "BATCH pmix=none pmi=none" in res.output, res.output

@@ -109,7 +109,7 @@ def test_watcher_only_when_the_spec_asks():
     assert "# Progress deadline (launch.hang_timeout: 600 s): every 60 s" in hang
     assert "printf '%s\\n' 60 >\"$hangs_dir/progress/period\"" in hang
     assert 'rm -f -- "$hangs_dir/no-progress"' in hang
-    start = hang.index('python3 -c "${stacks_py}" watch "${SLURM_JOB_ID}" "${hangs_dir}" 600 60 '
+    start = hang.index('python3 -I -c "${stacks_py}" watch "${SLURM_JOB_ID}" "${hangs_dir}" 600 60 '
                        '30 -- srun --overlap "--jobid=${SLURM_JOB_ID}"')
     launch = hang.index("torchrun_jsc", start)
     assert start < hang.index("hang_watch_pid=$!") < launch < hang.index("launch_pid=$!")
@@ -156,6 +156,25 @@ def test_overdue_only_when_every_rank_is_still_for_the_timeout():
     assert stacks.overdue(finished, 1e9, 20) is None  # all finished: the launch is ending
     finished[3] = mark(0.0)
     assert stacks.overdue(finished, 100.0, 20) == 100.0
+
+
+def test_the_clock_starts_at_every_ranks_first_collective():
+    """Issue 26: imports, model, checkpoint, compilation before the first collective never
+    count; a rank still starting (no collective, no progress() call) holds the clock."""
+    marks = {0: mark(1000.0, world=0), 1: mark(1000.0, world=3), 2: mark(1000.0, world=0,
+                                                                          calls=1)}
+    assert stacks.overdue(marks, 5000.0, 20) is None  # rank 0 has not issued one yet
+    marks[0] = mark(1010.0, world=1)
+    assert stacks.overdue(marks, 5000.0, 20) == 3990.0
+    unread = {**marks, 3: {"world": None, "all": None, "calls": None, "t": 1.0, "done": False}}
+    assert stacks.overdue(unread, 5000.0, 20) is None  # a mark not read says nothing yet
+    assert stacks.overdue({0: mark(1.0, world=0, done=True), 1: mark(1.0, world=2)},
+                          100.0, 20) == 99.0  # a finished rank has started
+
+
+def test_only_the_jobs_own_steps_are_killed():
+    listed = ["77.batch", "77.extern", "77.0", "77.1", "770.2", "77.interactive", ""]
+    assert stacks.job_steps("77", listed) == ["77.0", "77.1"]
 
 
 def test_marks_from_files(tmp_path):
@@ -236,6 +255,7 @@ def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatc
     clock = Clock(1.7e9)  # whole seconds: the marks keep 3 decimals
     calls = []
     monkeypatch.setattr(stacks.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(stacks, "list_steps", lambda job: [f"{job}.0", f"{job}.1"])
 
     def write(rank, world, t):
         (folder / f"rank-{rank}").write_text(
@@ -266,23 +286,59 @@ def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatc
     assert (tmp_path / "no-progress").read_text() == (
         "no progress for 30 s: rank 3 on jwb0002 in load_batch at data.py:17, 1 collective "
         "behind the other 3; job ended\n")
-    assert calls == [["scancel", "--signal=TERM", "77"], ["scancel", "--signal=KILL", "77"]]
+    # SIGKILL to the job id would cancel the job: to its steps, by step id (issue 26)
+    assert calls == [["scancel", "--signal=TERM", "77"],
+                     ["scancel", "--signal=KILL", "77.0", "77.1"]]
 
 
 def test_watch_notes_once_when_no_rank_reports(tmp_path, monkeypatch, capsys):
     (tmp_path / "progress").mkdir()
     clock = Clock(5000.0)
 
+    first = []
+
     def sleep(s):
         clock.sleep(s)
         if len(clock.sleeps) == 8:  # a rank at last (an image that took long to start)
             (tmp_path / "progress" / "rank-0").write_text(
                 f"world=0 all=0 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
+        if len(clock.sleeps) == 12:  # its first collective: the clock starts
+            first.append(clock.now)
+            (tmp_path / "progress" / "rank-0").write_text(
+                f"world=1 all=1 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
     monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     stacks.watch("78", str(tmp_path), 10, 2, 7, [sys.executable, "-c", ""], clock=clock.time,
                  sleep=sleep)
     out = capsys.readouterr().out
     assert out.count("launch.hang_timeout: no rank has reported after 10 s") == 1
-    assert clock.now == 5000.0 + 8 * 2 + 10 + 7
+    assert "issued no collective" not in out  # one note only
+    assert clock.now == first[0] + 10 + 7
     assert (tmp_path / "no-progress").read_text() == (
         "no progress for 10 s: no rank answered the stack request; job ended\n")
+
+
+def test_watch_names_the_ranks_still_starting_once(tmp_path, monkeypatch, capsys):
+    """A rank that never reaches its first collective holds the clock (torch's collective
+    timeout ends such a job); the watcher says which, once."""
+    (tmp_path / "progress").mkdir()
+    clock = Clock(7000.0)
+    for rank, world in ((0, 2), (1, 0), (2, 2), (3, 0)):
+        (tmp_path / "progress" / f"rank-{rank}").write_text(
+            f"world={world} all={world} calls=0 t={clock.now + 1:.3f} state=run".ljust(95) + "\n")
+
+    def sleep(s):
+        clock.sleep(s)
+        if len(clock.sleeps) == 20:
+            for rank in (1, 3):
+                (tmp_path / "progress" / f"rank-{rank}").write_text(
+                    f"world=1 all=1 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks, "list_steps", lambda job: [])
+    stacks.watch("79", str(tmp_path), 10, 2, 1, [sys.executable, "-c", ""], clock=clock.time,
+                 sleep=sleep)
+    out = capsys.readouterr().out
+    assert out.count("job 79: launch.hang_timeout: ranks 1,3 issued no collective after 10 s; "
+                     "the deadline starts once every rank has") == 1, out
+    assert clock.now == 7000.0 + 20 * 2 + 10 + 1
+    assert "1 collective behind the other 2" in (tmp_path / "no-progress").read_text()

@@ -95,8 +95,8 @@ def test_script_shape(name):
     # Per-task variables appear only inside the single-quoted scripts the tasks run.
     outside = re.sub(r"# shellcheck disable=SC2016\n\w+='[^']*'", "", text)
     outside = "\n".join(line for line in outside.splitlines() if not line.startswith("#"))
-    for var in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"):
-        assert var not in outside
+    for var in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"):  # expanded, not named
+        assert f"${var}" not in outside and f"${{{var}" not in outside
     assert "localhost" not in text and "|| echo" not in text
     assert not text.endswith("\n\n") and text.endswith("\n")
 
