@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
-import subprocess
 import sys
 from pathlib import PurePosixPath
 from typing import Mapping, Optional, Sequence
@@ -22,10 +22,10 @@ from launcher.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
-from launcher.shell import Var
 from launcher.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError
 from launcher.spec import load_spec
+from launcher.stacks_step import run_stacks_step, timed_out_line
 from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, \
     submit_warnings, write_script
 from launcher.venvjob import default_requirements, default_script, fill_wheelhouse, \
@@ -87,8 +87,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     stacks.add_argument("--json", action="store_true", help="print the ranks as JSON lines")
     stacks.add_argument("--here", action="store_true", help="this machine only, no srun (the "
                         "node you are logged in to)")
-    stacks.add_argument("--wait", type=float, default=10.0, metavar="S",
-                        help="seconds each node waits for its ranks' dumps (default 10)")
+    stacks.add_argument("--wait", default="10", metavar="S",
+                        help="seconds each node waits for its ranks' dumps, e.g. 0.5 "
+                        "(default 10)")
     return parser
 
 
@@ -194,48 +195,43 @@ def _doctor(spec: JobSpec, args: argparse.Namespace) -> int:
 
 
 def _stacks(args: argparse.Namespace) -> int:
-    """`stacks JOBID`: collect on every node of the job (or here), print grouped."""
+    """`stacks JOBID`: collect on every node of the job (or here), print grouped. Exit 1 when
+    no rank answered, or when the collection timed out (the ranks it got are printed)."""
     from launcher import stacks
 
     job = args.jobid or os.environ.get("SLURM_JOB_ID")
     if not job or not job.isdigit():
         raise SpecError("stacks", "jobid", "a numeric Slurm job id (or run it inside the job)",
                         job or "")
+    wait_s = _wait_seconds(args.wait)
+    late = None
     if args.here:
-        records = stacks.collect(job, args.wait)
+        records = stacks.collect(job, wait_s)
     else:
-        records = stacks.read_records(run_stacks_step(job, args.wait).splitlines())
+        step = run_stacks_step(job, wait_s)
+        records = stacks.read_records(step.text.splitlines())
+        if step.timed_out_s is not None:
+            late = timed_out_line(step.timed_out_s, step.nodes, records)
     if args.json:
         for record in records:
             print(json.dumps(record, sort_keys=True))
     else:
         sys.stdout.write(stacks.report(records, job))
-    return 0 if records else 1
+    if late:
+        print(late, file=sys.stderr)
+    return 0 if records and not late else 1
 
 
-def run_stacks_step(job: str, wait_s: float) -> str:
-    """One srun --overlap task per node of the job; their JSON lines."""
-    from launcher.hangs_script import stacks_srun, stacks_text
-    from launcher.shell import resolve
-
-    nodes = os.environ.get("SLURM_JOB_NUM_NODES") if os.environ.get("SLURM_JOB_ID") == job \
-        else None
-    if not nodes:
-        try:
-            nodes = subprocess.run(["squeue", "-h", "-j", job, "-o", "%D"], capture_output=True,
-                                   text=True, timeout=60, check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise SubmitError(f"stacks: cannot ask squeue about job {job}: {exc}") from None
-    if not nodes.isdigit():
-        raise SubmitError(f"stacks: job {job} is not running (squeue: {nodes!r})")
-    argv = resolve(stacks_srun(Var("job"), Var("nodes"), Var("script"), int(wait_s)),
-                   {"job": job, "nodes": nodes, "script": stacks_text()})
+def _wait_seconds(text: str) -> float:
+    """--wait as seconds, fractions kept; one line for anything but a finite number >= 0."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=wait_s + 120)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SubmitError(f"stacks: srun failed: {exc}") from None
-    sys.stderr.write(done.stderr)
-    return done.stdout
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise SpecError("stacks", "--wait", "seconds each node waits for its ranks' dumps: a "
+                        "finite number >= 0, e.g. 0.5 or 10", text)
+    return value
 
 
 def _sets_logs(sbatch_args: Sequence[str]) -> bool:

@@ -14,10 +14,12 @@ is passed in, so the rule is testable without it.
   the `compute` driver capability, Apptainer without --nv). Without device files and with a
   CPU-only torch (a laptop, the project's lab with its fake GPUs) the CPU is the device.
 
-And one check of placement: a worker whose CPUs (its affinity, as Slurm bound it) are all on
-another socket than its GPU prints one warning line (every copy between host and GPU then
-crosses the socket link). The GPU's CPUs come from sysfs through its PCI address, as
-torch.numa finds them.
+And one check of placement: a worker whose CPUs (its affinity, as Slurm bound it) are all in
+other NUMA domains than its GPU prints one warning line (every copy between host and GPU then
+crosses the link between domains: between sockets, or inside one on AMD EPYC nodes with four
+domains per socket). The GPU's CPUs come from sysfs through its PCI address, as torch.numa
+finds them; the domains of CPUs from sysfs too (devices/system/node), and where the node
+reports none, the sockets are compared instead.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Set
 
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
 _NONE = ("", "void", "none", "NoDevFiles")  # and a count of 0 (SLURM_GPUS_ON_NODE)
@@ -119,19 +121,53 @@ def sockets(cpus: Iterable[int], sysfs: str = "/sys") -> Set[int]:
     return out
 
 
+def numa_nodes(cpus: Iterable[int], sysfs: str = "/sys") -> Set[int]:
+    """The NUMA domains of these CPUs (devices/system/node/nodeN/cpulist, else the cpuN/nodeM
+    links); empty where the node reports none. Unknown CPUs are left out."""
+    table: Dict[int, int] = {}
+    for path in glob.glob(os.path.join(sysfs, "devices/system/node/node[0-9]*")):
+        node = os.path.basename(path)[len("node"):]
+        if node.isdigit():
+            table.update(dict.fromkeys(parse_cpulist(_read(os.path.join(path, "cpulist"))),
+                                       int(node)))
+    if table:
+        return {table[cpu] for cpu in cpus if cpu in table}
+    out: Set[int] = set()
+    for cpu in cpus:
+        for link in glob.glob(os.path.join(sysfs, f"devices/system/cpu/cpu{cpu}/node[0-9]*")):
+            node = os.path.basename(link)[len("node"):]
+            if node.isdigit():
+                out.add(int(node))
+    return out
+
+
+def _where(domains: Set[int], socks: Set[int]) -> str:
+    """'NUMA domain 1, socket 0' (either part left out when unknown)."""
+    parts = [f"NUMA domain {cpu_ranges(domains)}"] if domains else []
+    return ", ".join(parts + ([f"socket {cpu_ranges(socks)}"] if socks else []))
+
+
 def placement_warning(index: int, near: Set[int], allowed: Set[int], env: Mapping[str, str],
                       sysfs: str = "/sys") -> Optional[str]:
-    """One line when none of this worker's CPUs is on the socket of its GPU, else None."""
+    """One line when none of this worker's CPUs is in a NUMA domain of its GPU (where the node
+    reports no domains: on its socket), else None."""
     if not near or not allowed or allowed & near:
         return None
+    gpu_domains, own_domains = numa_nodes(near, sysfs), numa_nodes(allowed, sysfs)
     gpu_sockets, own = sockets(near, sysfs), sockets(allowed, sysfs)
-    if not gpu_sockets or not own or gpu_sockets & own:
-        return None
+    if gpu_domains and own_domains:
+        if gpu_domains & own_domains:
+            return None
+    else:  # no NUMA facts: the sockets decide
+        gpu_domains = own_domains = set()
+        if not gpu_sockets or not own or gpu_sockets & own:
+            return None
+    crosses = "sockets" if gpu_sockets and own and not gpu_sockets & own else "NUMA domains"
     return (f"warning: rank {env.get('RANK', '?')} (LOCAL_RANK {env.get('LOCAL_RANK', '0')}) "
-            f"runs on CPUs {cpu_ranges(allowed)} (socket {cpu_ranges(own)}) but its GPU cuda:"
-            f"{index} is attached to CPUs {cpu_ranges(near)} (socket {cpu_ranges(gpu_sockets)}): "
-            "every copy between host and GPU crosses sockets (docs/guide/launch-modes.md, GPU "
-            "placement)")
+            f"runs on CPUs {cpu_ranges(allowed)} ({_where(own_domains, own)}) but its GPU "
+            f"cuda:{index} is attached to CPUs {cpu_ranges(near)} "
+            f"({_where(gpu_domains, gpu_sockets)}): every copy between host and GPU crosses "
+            f"{crosses} (docs/guide/launch-modes.md, GPU placement)")
 
 
 def _stderr(line: str) -> None:
@@ -152,7 +188,10 @@ def select_device(torch: Any, env: Optional[Mapping[str, str]] = None, sysfs: st
             near = set()
         if allowed is None and hasattr(os, "sched_getaffinity"):
             allowed = set(os.sched_getaffinity(0))
-        why = placement_warning(index, near, allowed or set(), env, sysfs)
+        try:
+            why = placement_warning(index, near, allowed or set(), env, sysfs)
+        except Exception:  # noqa: BLE001 - nor does a sysfs that reads oddly
+            why = None
         if why:
             warn(why)
         return torch.device("cuda", index)
@@ -162,5 +201,5 @@ def select_device(torch: Any, env: Optional[Mapping[str, str]] = None, sysfs: st
     return torch.device("cpu")
 
 
-__all__ = ["cpu_ranges", "cpu_refusal", "device_index", "gpu_cpus", "parse_cpulist",
-           "placement_warning", "requested", "select_device", "sockets"]
+__all__ = ["cpu_ranges", "cpu_refusal", "device_index", "gpu_cpus", "numa_nodes",
+           "parse_cpulist", "placement_warning", "requested", "select_device", "sockets"]

@@ -22,6 +22,7 @@ read, never generated. docs/guide/hangs.md for users.
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -104,13 +105,22 @@ def stacks_text() -> str:
     return compact((HERE / "stacks.py").read_text(encoding="utf-8"))
 
 
+def seconds_text(seconds: float) -> str:
+    """Seconds as an argument, nothing lost: 10 -> "10", 0.5 -> "0.5" (the shortest text that
+    reads back as the same float). ValueError for a negative or non-finite number."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+    return str(int(seconds)) if seconds == int(seconds) else repr(float(seconds))
+
+
 def stacks_srun(job: Token, nodes: Token, script: Token,
-                wait_s: int = NODE_WAIT_S) -> List[Token]:
+                wait_s: float = NODE_WAIT_S) -> List[Token]:
     """One task per node of job ``job`` beside its running steps (--overlap), outside any
-    container: each signals its node's ranks and prints their dumps as JSON lines."""
+    container: each signals its node's ranks, waits up to ``wait_s`` for their dumps and
+    prints them as JSON lines."""
     return ["srun", "--overlap", word("--jobid=", job), word("--nodes=", nodes),
             word("--ntasks=", nodes), "--ntasks-per-node=1", "--cpus-per-task=1",
-            "--kill-on-bad-exit=0", *ISOLATED, script, "node", job, str(wait_s)]
+            "--kill-on-bad-exit=0", *ISOLATED, script, "node", job, seconds_text(wait_s)]
 
 
 def sbatch_options(spec: JobSpec) -> List[Tuple[str, Optional[str]]]:
@@ -236,5 +246,5 @@ if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi"""]
 
 
 __all__ = ["EXIT_NO_PROGRESS", "NAMES", "after_launch", "hook_text", "launch_lines",
-           "progress_period", "sbatch_options", "setup_lines", "stacks_srun", "stacks_text",
-           "watch_lines"]
+           "progress_period", "sbatch_options", "seconds_text", "setup_lines", "stacks_srun",
+           "stacks_text", "watch_lines"]

@@ -38,6 +38,7 @@ _LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen ")
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
 _MARK = re.compile(r"world=(\d+) all=(\d+) calls=(\d+) t=([\d.]+) state=(run|done)\s*\Z")
 VERDICT = "no-progress"  # under the job's directory: the watcher's one line
+COLLECT_S = 300  # the watcher's limit for the stack collection of every node
 
 
 # --- the node side -------------------------------------------------------------------------
@@ -442,7 +443,10 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
     out.flush()
     try:
         lines = subprocess.run(collector, stdout=subprocess.PIPE, universal_newlines=True,
-                               timeout=300).stdout.splitlines()
+                               timeout=COLLECT_S).stdout.splitlines()
+    except subprocess.TimeoutExpired as exc:  # the nodes that answered still count
+        print("watch: %s" % exc, file=sys.stderr)
+        lines = _text(exc.output).splitlines()
     except (OSError, subprocess.SubprocessError) as exc:
         print("watch: %s" % exc, file=sys.stderr)
         lines = []
@@ -456,6 +460,13 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
     os.replace(tmp, os.path.join(directory, VERDICT))
     _stop(job_id, kill_after, sleep)
     return 0
+
+
+def _text(output):
+    """What a timed-out child wrote (str, bytes or None, by Python version)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
 
 
 def read_records(lines):

@@ -51,7 +51,7 @@ class Enroot(ContainerRuntime):
         out += stamped_name(self.config.container_name, self.config.image)
         run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \
             else Var("enroot_name")
-        out += [Assign("enroot_run", run),
+        out += [Assign("enroot_run", run), *(Raw(line) for line in enroot_scripts.JOBS_LINES),
                 Raw("# shellcheck disable=SC2016  # expanded on each node and task, not here"),
                 Assign("enroot_setup", enroot_scripts.SETUP),
                 Raw("# shellcheck disable=SC2016"),
@@ -73,7 +73,8 @@ class Enroot(ContainerRuntime):
 
     def setup_argv(self) -> List[Token]:
         return ["bash", "-c", Var("enroot_setup"), "enroot-setup", Var("enroot_image"),
-                Var("enroot_name"), str(self.config.keep_old), Var("enroot_run")]
+                Var("enroot_name"), str(self.config.keep_old), Var("enroot_run"),
+                Var(enroot_scripts.JOBS_VAR)]
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         # Read-only unless runtime.writable (then a per-job copy): no job writes into a

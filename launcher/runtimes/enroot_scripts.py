@@ -4,6 +4,8 @@ and pyxis runtimes (launcher/runtimes/enroot.py, pyxis.py).
 Where it sits: spec -> **runtimes (enroot, pyxis)** + modes -> jobscript text. The scripts are
 constants run with ``bash -c SCRIPT NAME ARGS...``: on each node once (create) and in each
 task (start), so per-node and per-task values expand where they exist, never at batch scope.
+What only the controller knows is asked once per job, at batch scope (JOBS_LINES), and handed
+to the per-node set-up as an argument: never one controller query per node.
 """
 
 from __future__ import annotations
@@ -90,8 +92,13 @@ DATA_PATH_FN = r"""enroot_data_path() {
 # on a shared data path the rename decides: the loser removes its copy. Containers of older
 # images (same name, older stamp) are removed beyond the newest KEEP. The data path is the one
 # Enroot uses (DATA_PATH_FN); a created tree found elsewhere stops the set-up with one line.
+# Per-job containers (runtime.writable: NAME.jobID) of ended jobs are removed too: RUNNING is
+# the user's jobs as squeue listed them once for this job (JOBS_LINES), or `unknown` (then
+# none is removed). The list was made before this node took the lock, so a job newer than this
+# one (a larger id) may have created its container since: that one is never removed here (a
+# later job's set-up removes it once it has ended).
 SETUP = r"""set -euo pipefail
-image=$1 name=$2 keep=$3 run=$4
+image=$1 name=$2 keep=$3 run=$4 running=$5
 DATA_PATH_FN
 data=$(enroot_data_path) host=$(hostname)
 umask 077
@@ -122,16 +129,16 @@ if [ "$run" != "$name" ]; then
     publish ".partial-$host-$$-run" "$run"
 fi
 base=${name%-*-*}
-running=$(squeue -h -u "$(id -un)" -o %i 2>/dev/null) || running=unknown
 shopt -s extglob nullglob
 old=()
 for dir in "$data/$base"-+([0-9])-+([0-9]) "$data/$base"-+([0-9])-+([0-9]).job+([0-9]); do
     dir=${dir##*/}
     case "$dir" in
         "$name"|"$run") ;;
-        *.job*)  # a per-job container whose job has ended
-            [ "$running" = unknown ] || grep -qxF "${dir##*.job}" <<<"$running" ||
-                enroot remove -f "$dir" >/dev/null ;;
+        *.job*)  # a per-job container whose job has ended: unlisted, not newer
+            job=${dir##*.job}
+            [ "$running" = unknown ] || [ "$job" -gt "${SLURM_JOB_ID:-0}" ] ||
+                grep -qxF "$job" <<<"$running" || enroot remove -f "$dir" >/dev/null ;;
         *) old+=("${dir##*-} $dir") ;;
     esac
 done
@@ -139,6 +146,18 @@ for dir in $(printf "%s\\n" "${old[@]}" | sort -rn | tail -n +"$((keep + 1))" | 
     echo "enroot: removing $dir (an older image) on $host"
     enroot remove -f "$dir" >/dev/null
 done""".replace("DATA_PATH_FN\n", DATA_PATH_FN + "\n")
+
+# The user's jobs for SETUP, asked once per job here at batch scope (squeue is a query to the
+# controller: once per node would be 1,000 at once on a 1,000-node job), `unknown` when squeue
+# fails. It reaches the set-up as one argument, whose length Linux caps at 128 KiB: a longer
+# list (some 14,000 jobs) counts as unknown too, rather than failing the job's set-up.
+JOBS_VAR = "enroot_jobs"
+JOBS_LINES = (
+    "# The user's jobs, asked once per job (not per node): the set-up removes a per-job "
+    "container\n# only when its job is not among them.",
+    'enroot_jobs="$(squeue -h -u "$(id -un)" -o %i 2>/dev/null)" || enroot_jobs=unknown',
+    'if [ "${#enroot_jobs}" -gt 100000 ]; then enroot_jobs=unknown; fi',
+)
 
 
 # The per-user cache directory (launcher.runtimes.base.cache_lines), made on the node: never

@@ -228,6 +228,29 @@ def _decide_local_addr(req: Request, net: NetFacts) -> Tuple[Optional[str], str]
                              f"{net.source_ifname or '?'}")
 
 
+# Before torch 1.11 the TCPStore that rank 0 serves at MASTER_ADDR listens on IPv4 only: in
+# the lab, torch 1.9 and 1.10 with MASTER_ADDR=fd77::1 fail in init_process_group with
+# "connect() timed out" even on the store's own node (1.11 moved the store to c10d's new
+# socket code; 1.13 passes the same test).
+IPV6_STORE_TORCH = (1, 11)
+
+
+def _ipv4_store_only(req: Request, net: NetFacts, local_addr: Optional[str],
+                     src: str) -> Tuple[Optional[str], str]:
+    """On a torch whose store cannot serve IPv6, an IPv6 address is never published: where
+    IPv6 was asked for (TORCHRUN_JSC_ADDRESS_FAMILY=ipv6 or --local_addr) one line says why
+    not; otherwise torch picks MASTER_ADDR as torchrun would (its FQDN)."""
+    if not local_addr or ":" not in local_addr or req.torch_version >= IPV6_STORE_TORCH:
+        return local_addr, src
+    version = "%d.%d" % req.torch_version
+    if net.family == "ipv6" or req.local_addr:
+        raise LaunchError(f"local address {local_addr} is IPv6, but torch {version}'s "
+                          "rendezvous store (MASTER_ADDR) listens on IPv4 only (torch < 1.11): "
+                          "use an IPv4 endpoint or address (TORCHRUN_JSC_ADDRESS_FAMILY=ipv4)")
+    return None, (f"left to torch (FQDN): torch {version}'s store serves IPv4 only, "
+                  f"not {local_addr}")
+
+
 def _worker_env(req: Request, net: NetFacts,
                 local_addr: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     """The socket interface for the workers, where the user set none, by the one rule of
@@ -249,6 +272,7 @@ def decide(req: Request, net: NetFacts) -> Decision:
     conf = parse_rdzv_conf(req.rdzv_conf)
     is_host, host_src, node_rank, rank_src, notes = _decide_is_host(req, ep, net, conf)
     local_addr, addr_src = _decide_local_addr(req, net)
+    local_addr, addr_src = _ipv4_store_only(req, net, local_addr, addr_src)
     worker_env = _worker_env(req, net, local_addr)
     old = (not req.local_addr_supported
            or parse_bool("TORCHRUN_JSC_PREFER_OLD_SOLUTION",

@@ -1,7 +1,8 @@
 """Ring 2, issue 21, a job that hangs explains itself (real local processes, no Slurm): the
 stack hook in plain Python processes, and 4 real gloo ranks under torch.distributed.run where
 rank 3 is stuck in its own function while the others wait in all_reduce, collected by the
-very text the jobscript ships."""
+very text the jobscript ships; `jsc-compose stacks --wait 0.5` through a real pipe, with a node
+that never answers."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import hangs_script, stacks, stacks_hook
+from launcher import cli, hangs_script, stacks, stacks_hook, stacks_step
 from launcher.jobscript import render_jobscript
 from launcher.spec import load_spec
 from tests.helpers.hangprog import STUCK, WAITING
@@ -100,6 +101,48 @@ def test_signal_dumps_and_collector_reads(hookdir):
     finally:
         p.kill()
         p.wait()
+
+
+# srun's stand-in for `jsc-compose stacks`: the first node's collector runs here for real (the
+# shipped text, `python3 -I -c SCRIPT node JOB WAIT`); the second node never answers.
+LATE_SRUN = """#!/bin/sh
+while [ "$#" -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done
+shift 4  # python3 -I -c SCRIPT
+printf '%s\\n' "$*" >"$SRUN_ARGS"
+python3 -c "$STACKS_PY" "$@"
+exec sleep 60
+"""
+
+
+def test_cli_stacks_keeps_the_ranks_read_before_a_timeout(hookdir, tmp_path, monkeypatch,
+                                                          capsys):
+    prog = "import time\ndef stuck():\n    print('up', flush=True)\n    time.sleep(60)\nstuck()\n"
+    p = subprocess.Popen([sys.executable, "-c", prog], env=hook_env(hookdir, RANK="2"),
+                         stdout=subprocess.PIPE, text=True)
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text(LATE_SRUN)
+    srun.chmod(0o755)
+    for name, value in {"PATH": f"{srun.parent}:{os.environ['PATH']}", "SLURM_JOB_ID": JOB,
+                        "SLURM_JOB_NUM_NODES": "2", "SRUN_ARGS": str(tmp_path / "args"),
+                        "STACKS_PY": hangs_script.stacks_text()}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(stacks_step, "STEP_MARGIN_S", 3)
+    try:
+        assert p.stdout.readline() == "up\n"
+        start = time.monotonic()
+        assert cli.main(["stacks", "--wait", "0.5"]) == 1
+        took = time.monotonic() - start
+    finally:
+        p.kill()
+        p.wait()
+    out, err = capsys.readouterr()
+    assert (tmp_path / "args").read_text() == f"node {JOB} 0.5\n"  # not 0: the fraction kept
+    assert 3.5 <= took < 10  # killed at its limit, not after the second node's 60 s
+    host = out.split(" on ", 1)[1].split(" ", 1)[0]
+    assert out.startswith(f"stacks: rank 2 on {host} in stuck at <string>:"), out
+    assert err.endswith(f"stacks: the collection timed out after 3.5 s: 1 rank from 1 of 2 "
+                        f"nodes ({host}) above; the ranks of the other 1 node are missing\n"), err
 
 
 @pytest.mark.parametrize("agent_env", [{}, {"PMIX_RANK": "0"}, {"PMI_RANK": "0"},

@@ -1,5 +1,5 @@
-"""Recording fakes of srun, scontrol, sbatch, apptainer, enroot, mpirun, torchrun_jsc, python3,
-accelerate, deepspeed.
+"""Recording fakes of srun, scontrol, squeue, sbatch, apptainer, enroot, mpirun, torchrun_jsc,
+python3, accelerate, deepspeed.
 
 Helper for ring 2: `install(bin_dir, log_dir)` writes one small sh
 wrapper per tool into bin_dir that runs this file with the tool's name. Every call appends
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-TOOLS = ("srun", "scontrol", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
+TOOLS = ("srun", "scontrol", "squeue", "sbatch", "apptainer", "enroot", "mpirun", "torchrun_jsc",
          "torchrun", "python3", "module", "scancel", "accelerate", "deepspeed")
 # Plain sh tools (a Python start each costs time per test run).
 SH_TOOLS = {
@@ -468,6 +468,21 @@ def _program() -> int:
     return int(os.environ.get("FAKE_PROGRAM_RC", "0"))
 
 
+def squeue(argv: List[str]) -> int:
+    """The user's jobs: FAKE_SQUEUE (squeue's lines, e.g. "4242\\n17_3"), else the running job's
+    own id; FAKE_SQUEUE_RC: fails with it (a controller that does not answer)."""
+    _record("squeue", argv)
+    rc = int(os.environ.get("FAKE_SQUEUE_RC", "0"))
+    if rc:
+        print("squeue: error: Unable to contact slurm controller (connect failure)",
+              file=sys.stderr)
+        return rc
+    out = os.environ.get("FAKE_SQUEUE", os.environ.get("SLURM_JOB_ID", ""))
+    if out:
+        print(out)
+    return 0
+
+
 def scancel(argv: List[str]) -> int:
     _record("scancel", argv)
     if any(a.startswith("--signal") for a in argv):
@@ -478,7 +493,7 @@ def scancel(argv: List[str]) -> int:
 def main() -> int:
     prog, argv = sys.argv[1], sys.argv[2:]
     handlers = {"srun": srun, "mpirun": mpirun, "scontrol": scontrol, "apptainer": apptainer,
-                "enroot": enroot, "sbatch": sbatch, "scancel": scancel}
+                "enroot": enroot, "sbatch": sbatch, "scancel": scancel, "squeue": squeue}
     if prog in handlers:
         return handlers[prog](argv)
     if prog in _LAST_OPTION:

@@ -1,15 +1,18 @@
-"""Ring 1: ranks of a one-task-per-GPU step on the socket of their GPU.
+"""Ring 1: ranks of a one-task-per-GPU step in the NUMA domain (or on the socket) of their GPU.
 
 srun mode (and horovod through srun) lays a GPU job's tasks out socket by socket
 (--distribution=block:block), so that local rank i runs where GPU i is attached on nodes whose
 GPUs are numbered socket by socket (PCI order); the device rule (launcher/gpu.py) warns, in one
-line per worker, where a worker's CPUs are all on another socket than its GPU. The node is a
-faked sysfs tree: two sockets of four CPUs, GPUs 0-1 on socket 0 and 2-3 on socket 1."""
+line per worker, where a worker's CPUs are all in other NUMA domains than its GPU (on nodes that
+report no domains: on another socket). The node is a faked sysfs tree (fake_sysfs): two
+sockets of four CPUs, GPUs 0-1 on socket 0 and 2-3 on socket 1, no NUMA facts; and an AMD EPYC
+like node, two sockets of four NUMA domains each, one GPU in every other domain."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Dict
 
 import pytest
 
@@ -20,17 +23,40 @@ from tests.unit.test_spec_traps import parse
 PCI = {0: 0x07, 1: 0x0f, 2: 0x47, 3: 0x4e}  # GPU index -> PCI bus
 
 
+def fake_sysfs(root: Path, domains: int, cpus: int, gpus: Dict[int, int],
+               numa: str = "node") -> str:
+    """A node's sysfs under ``root``: two sockets of ``domains`` NUMA domains of ``cpus`` CPUs,
+    numbered domain by domain; GPU i (PCI bus PCI[i]) attached to domain gpus[i]. ``numa``: how
+    the node reports its domains: "node" (devices/system/node/nodeN/cpulist, and the cpuN/nodeN
+    links as Linux has them), "links" (the links only), "" (nothing: an old kernel)."""
+    per_socket = domains * cpus
+    for cpu in range(2 * per_socket):
+        topo = root / f"devices/system/cpu/cpu{cpu}/topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{cpu // per_socket}\n")
+        if numa:
+            (root / f"devices/system/cpu/cpu{cpu}/node{cpu // cpus}").mkdir()
+    for domain in range(2 * domains if numa == "node" else 0):
+        node = root / f"devices/system/node/node{domain}"
+        node.mkdir(parents=True)
+        (node / "cpulist").write_text(gpu.cpu_ranges(range(domain * cpus, (domain + 1) * cpus)))
+    for index, domain in gpus.items():
+        dev = root / f"bus/pci/devices/0000:{PCI[index]:02x}:00.0"
+        dev.mkdir(parents=True)
+        (dev / "local_cpulist").write_text(
+            gpu.cpu_ranges(range(domain * cpus, (domain + 1) * cpus)) + "\n")
+    return str(root)
+
+
 @pytest.fixture
 def sysfs(tmp_path: Path) -> str:
-    for cpu in range(8):
-        topo = tmp_path / f"devices/system/cpu/cpu{cpu}/topology"
-        topo.mkdir(parents=True)
-        (topo / "physical_package_id").write_text(f"{cpu // 4}\n")
-    for index, bus in PCI.items():
-        dev = tmp_path / f"bus/pci/devices/0000:{bus:02x}:00.0"
-        dev.mkdir(parents=True)
-        (dev / "local_cpulist").write_text("0-3\n" if index < 2 else "4-7\n")
-    return str(tmp_path)
+    """Two sockets of four CPUs, no NUMA facts: the sockets decide."""
+    return fake_sysfs(tmp_path, 1, 4, {0: 0, 1: 0, 2: 1, 3: 1}, numa="")
+
+
+# Two sockets x four NUMA domains of two CPUs (CPUs 0-7 socket 0, 8-15 socket 1), GPUs in
+# domains 3, 1, 7, 5: not in the order of their numbers, as on some EPYC nodes.
+EPYC_GPUS = {0: 3, 1: 1, 2: 7, 3: 5}
 
 
 def fake_torch(count: int = 4, pci: bool = True):
@@ -96,6 +122,62 @@ def test_no_placement_facts_no_warning(sysfs, tmp_path):
     gpu.select_device(fake_torch(), {"LOCAL_RANK": "1"}, sysfs=str(tmp_path / "none"),
                       allowed={4}, warn=lines.append)
     assert lines == []
+
+
+@pytest.mark.parametrize("numa", ["node", "links"])
+@pytest.mark.parametrize("allowed, warned", [
+    ({6, 7}, None),      # GPU 0's domain (3)
+    ({6}, None),
+    ({5, 6}, None),      # partly in it
+    ({4, 5}, "NUMA domains"),  # the right socket (0), another domain (2)
+    ({0, 1, 2, 3}, "NUMA domains"),
+    ({14, 15}, "sockets"),     # the other socket
+])
+def test_numa_domains_decide_where_the_node_reports_them(tmp_path, numa, allowed, warned):
+    sysfs = fake_sysfs(tmp_path, 4, 2, EPYC_GPUS, numa)
+    assert gpu.numa_nodes({0, 7, 8}, sysfs) == {0, 3, 4} and gpu.numa_nodes({99}, sysfs) == set()
+    lines = []
+    gpu.select_device(fake_torch(), {"RANK": "4", "LOCAL_RANK": "0"}, sysfs=sysfs,
+                      allowed=allowed, warn=lines.append)
+    if warned is None:
+        assert lines == []
+        return
+    own = gpu.cpu_ranges(allowed)
+    domains = gpu.cpu_ranges({c // 2 for c in allowed})
+    assert lines == [
+        f"warning: rank 4 (LOCAL_RANK 0) runs on CPUs {own} (NUMA domain {domains}, socket "
+        f"{min(allowed) // 8}) but its GPU cuda:0 is attached to CPUs 6-7 (NUMA domain 3, "
+        f"socket 0): every copy between host and GPU crosses {warned} "
+        "(docs/guide/launch-modes.md, GPU placement)"]
+
+
+@pytest.mark.parametrize("allowed, warned", [({4, 5}, False), ({14, 15}, True)])
+def test_without_numa_facts_the_sockets_decide(tmp_path, allowed, warned):
+    sysfs = fake_sysfs(tmp_path, 4, 2, EPYC_GPUS, numa="")
+    assert gpu.numa_nodes({0, 8}, sysfs) == set()
+    lines = []
+    gpu.select_device(fake_torch(), {"RANK": "0", "LOCAL_RANK": "0"}, sysfs=sysfs,
+                      allowed=allowed, warn=lines.append)
+    assert lines == ([f"warning: rank 0 (LOCAL_RANK 0) runs on CPUs 14-15 (socket 1) but its GPU "
+                      "cuda:0 is attached to CPUs 6-7 (socket 0): every copy between host and "
+                      "GPU crosses sockets (docs/guide/launch-modes.md, GPU placement)"]
+                     if warned else [])
+
+
+def test_an_odd_sysfs_never_stops_a_worker(tmp_path, monkeypatch):
+    sysfs = fake_sysfs(tmp_path, 4, 2, EPYC_GPUS)
+    (tmp_path / "devices/system/node/node2/cpulist").write_text("4-x\n")  # not a CPU list
+    (tmp_path / "devices/system/node/nodeX").mkdir()
+    lines = []
+    select = lambda allowed: gpu.select_device(fake_torch(), {"LOCAL_RANK": "0"}, sysfs=sysfs,
+                                               allowed=allowed, warn=lines.append)
+    assert select({4, 5}) == ("cuda", 0) and lines == []  # domain unknown: same socket, silent
+    assert select({14, 15}) == ("cuda", 0) and len(lines) == 1 and "crosses sockets" in lines[0]
+
+    def broken(*_args):
+        raise ValueError("a sysfs nobody foresaw")
+    monkeypatch.setattr(gpu, "numa_nodes", broken)
+    assert select({14, 15}) == ("cuda", 0) and len(lines) == 1  # no line, no exception
 
 
 def render(launch: str, job: str = "gpus_per_node: 4") -> str:

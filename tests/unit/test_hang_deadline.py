@@ -342,3 +342,25 @@ def test_watch_names_the_ranks_still_starting_once(tmp_path, monkeypatch, capsys
                      "the deadline starts once every rank has") == 1, out
     assert clock.now == 7000.0 + 20 * 2 + 10 + 1
     assert "1 collective behind the other 2" in (tmp_path / "no-progress").read_text()
+
+
+def test_watch_keeps_the_stacks_read_before_the_collection_timed_out(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A node that never answers: the ranks the other nodes sent are still reported."""
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    for rank, world in ((0, 2), (1, 2), (2, 2), (3, 1)):
+        (folder / f"rank-{rank}").write_text(
+            f"world={world} all={world} calls=0 t=1001.000 state=run".ljust(95) + "\n")
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks, "list_steps", lambda job: [])
+    monkeypatch.setattr(stacks, "COLLECT_S", 2)
+    lines = "\n".join(json.dumps(r) for r in stuck_records())
+    collector = [sys.executable, "-c",
+                 f"import sys, time; print({lines!r}, flush=True); time.sleep(60)"]
+    clock = Clock(1000.0)
+    stacks.watch("80", str(tmp_path), 30, 5, 1, collector, clock=clock.time, sleep=clock.sleep)
+    out = capsys.readouterr().out
+    assert "stacks: 3 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch" in out
+    assert (tmp_path / "no-progress").read_text().startswith(
+        "no progress for 30 s: rank 3 on jwb0002 in load_batch at data.py:17")

@@ -1,12 +1,15 @@
 """Ring 1, issue 21, a job that hangs explains itself: rendezvous timeouts by node count,
-the grouped report, the jobscript lines, `jsc-compose stacks`."""
+the grouped report, the jobscript lines, `jsc-compose stacks` (a fractional --wait kept, a bad
+one refused in one line, the ranks read before a timeout reported with what is missing)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 
-from launcher import cli, hangs_script, stacks
+import pytest
+
+from launcher import cli, hangs_script, stacks, stacks_step
 from launcher.jobscript import render_jobscript
 from launcher.modes import plan_launch
 from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
@@ -169,7 +172,7 @@ def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    monkeypatch.setattr(stacks_step.subprocess, "run", fake_run)
     assert cli.main(["stacks", "4242"]) == 0
     assert calls[0] == ["squeue", "-h", "-j", "4242", "-o", "%D"]
     assert calls[1][:9] == ["srun", "--overlap", "--jobid=4242", "--nodes=3", "--ntasks=3",
@@ -178,3 +181,74 @@ def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):
     assert calls[1][-3:] == ["node", "4242", "10"]
     assert capsys.readouterr().out.startswith("stacks: rank 0 on jwb0001 in step at train.py:42")
     assert cli.main(["stacks"]) == 2  # no job id, not inside a job
+
+
+@pytest.mark.parametrize("wait, sent", [("0.5", "0.5"), ("10", "10"), ("2.25", "2.25"),
+                                         ("0", "0"), ("1e-3", "0.001")])
+def test_cli_stacks_keeps_fractional_seconds(monkeypatch, wait, sent):
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append((argv, kw.get("timeout")))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setattr(stacks_step.subprocess, "run", fake_run)
+    assert cli.main(["stacks", "--wait", wait]) == 1  # no rank answered
+    ((argv, timeout),) = calls
+    assert argv[-3:] == ["node", "4242", sent] and timeout == float(wait) + 120
+
+
+@pytest.mark.parametrize("wait", ["-1", "-0.5", "nan", "inf", "-inf", "1e999", "soon", ""])
+def test_cli_stacks_refuses_a_bad_wait_in_one_line(monkeypatch, capsys, wait):
+    monkeypatch.setattr(stacks_step.subprocess, "run", None)  # nothing may run
+    assert cli.main(["stacks", "4242", f"--wait={wait}"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("stacks: --wait: seconds each node waits for its ranks' dumps: a finite "
+                   f"number >= 0, e.g. 0.5 or 10, got {wait!r}\n")
+
+
+def test_seconds_text_loses_nothing():
+    for value in (0, 0.5, 10, 10.0, 0.1, 1 / 3, 1e-7, 2.5e6, 1e20):
+        text = hangs_script.seconds_text(value)
+        assert float(text) == value and "e+" not in text
+    assert hangs_script.seconds_text(10.0) == "10" and hangs_script.seconds_text(0.5) == "0.5"
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            hangs_script.seconds_text(bad)
+
+
+def timed_out(argv, **kw):
+    """srun killed at its limit: two nodes of three printed their ranks, one was cut mid-line
+    (bytes, as TimeoutExpired carries them even under text=True)."""
+    lines = [json.dumps(record(r, "jwb0001" if r < 2 else "jwb0002", [TRAIN])) for r in range(4)]
+    out = ("\n".join(lines) + "\n" + lines[0][:20]).encode()
+    raise subprocess.TimeoutExpired(argv, kw["timeout"], output=out, stderr=b"srun: lost\n")
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_cli_stacks_keeps_what_came_before_a_timeout(monkeypatch, capsys, json_out):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "3")
+    monkeypatch.setattr(stacks_step.subprocess, "run", timed_out)
+    assert cli.main(["stacks", "--wait", "0.5"] + (["--json"] if json_out else [])) == 1
+    out, err = capsys.readouterr()
+    if json_out:
+        assert [json.loads(line)["rank"] for line in out.splitlines()] == ["0", "1", "2", "3"]
+    else:
+        assert out.startswith("stacks: 4 ranks in step at train.py:42\n"
+                              "4 ranks on 2 nodes of job 4242")
+    assert err == ("srun: lost\nstacks: the collection timed out after 120.5 s: 4 ranks from 2 "
+                   "of 3 nodes (jwb0001, jwb0002) above; the ranks of the other 1 node are "
+                   "missing\n")
+
+
+@pytest.mark.parametrize("records, nodes, said", [
+    ([], 2, "no node answered; the ranks of all 2 nodes are missing"),
+    ([record(0, "a", [TRAIN])], 1, "1 rank from 1 of 1 node (a) above; the last node's list "
+                                   "may be cut short"),
+])
+def test_timed_out_line_says_what_is_missing(records, nodes, said):
+    assert stacks_step.timed_out_line(130, nodes, records) == \
+        f"stacks: the collection timed out after 130 s: {said}"

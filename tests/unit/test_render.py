@@ -140,8 +140,9 @@ def test_each_mode_and_runtime_argv():
     assert mt.starter[:3] == ("mpirun", "-np", Var("nnodes")) and mt.task[0] == "torchrun_jsc"
     enroot_rt, enroot = plan_launch(spec_of(base + "runtime: {kind: enroot, image: /i.sqsh, "
                                             "binds: [{source: /d, read_only: true}]}"))
-    assert enroot_rt.setup_step()[-5:] == ("enroot-setup", Var("enroot_image"),
-                                           Var("enroot_name"), "1", Var("enroot_run"))
+    assert enroot_rt.setup_step()[-6:] == ("enroot-setup", Var("enroot_image"),
+                                           Var("enroot_name"), "1", Var("enroot_run"),
+                                           Var("enroot_jobs"))
     assert enroot.task[:6] == ("bash", "-c", Var("enroot_start"), "enroot-start", "--mount",
                                "/d:/d:none:x-create=auto,rbind,ro")  # read-only: no --rw
     pyxis = plan_launch(spec_of(base + "runtime: {kind: pyxis, image: nvcr.io#nv/pt:24.01}"))[1]

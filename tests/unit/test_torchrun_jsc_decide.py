@@ -215,3 +215,24 @@ def test_log_line_names_the_target_and_interface():
     line = describe(decide(req(), DUAL_PEER), EP)
     assert "local_addr=10.67.0.2 (source address towards 10.67.0.1 via jwb0002i)" in line
     assert "NCCL_SOCKET_IFNAME==jwb0002i (set for workers)" in line
+
+
+V6_PEER_ASKED = NetFacts(("fd00::1",), (), "fd00::2", "jwb0002i", family="ipv6",
+                         target="fd00::1")
+
+
+@pytest.mark.parametrize("version", [(1, 9), (1, 10)])
+def test_ipv6_never_published_where_the_store_serves_ipv4_only(version):
+    """Issue 30: torch < 1.11's TCPStore listens on IPv4 only (torch 1.9/1.10 in the lab:
+    'connect() timed out' at MASTER_ADDR=fd77::1). Asked for IPv6: one line; else torch's
+    own choice (its FQDN), as plain torchrun would."""
+    with pytest.raises(LaunchError, match=r"^local address fd00::2 is IPv6, but torch 1\.\d+'s "
+                       r"rendezvous store \(MASTER_ADDR\) listens on IPv4 only"):
+        decide(req(version=version), V6_PEER_ASKED)
+    with pytest.raises(LaunchError, match="listens on IPv4 only"):
+        decide(req(version=version, local_addr="fd00::2"), PEER_NET)
+    d = decide(req(version=version), V6_PEER)
+    assert d.local_addr is None and "store serves IPv4 only, not fd00::2" in d.local_addr_source
+    assert d.worker_env == ()  # the interface belongs to the address not published
+    assert decide(req(version=version), PEER_NET).local_addr == "10.67.0.2"  # IPv4: as before
+    assert decide(req(version=(1, 11)), V6_PEER_ASKED).local_addr == "fd00::2"
