@@ -71,6 +71,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     preview.add_argument("spec")
     preview.add_argument("--nodelist", required=True, help="e.g. 'jwb[0001-0004]'")
     preview.add_argument("--job-id", type=int, default=12345)
+    preview.add_argument("--system", metavar="NAME", help=(
+        "the $SYSTEMNAME whose inter-node names to show where the site profile picks them "
+        "per system (site: jsc); default: this shell's $SYSTEMNAME, else every system's"))
     submit = sub.add_parser("submit", parents=[debug],
                             help="render to SPEC's .job file and run sbatch --parsable")
     submit.add_argument("spec")
@@ -272,7 +275,11 @@ def _run(args: argparse.Namespace) -> int:
         return _doctor(spec, args)
     elif args.command == "preview":
         try:
-            sys.stdout.write(render_preview(spec, args.nodelist, args.job_id, os.getcwd()))
+            # Besides the cwd, the one default preview takes from this machine: on a JSC
+            # login node, $SYSTEMNAME is the system the job will run on.
+            system = args.system or os.environ.get("SYSTEMNAME") or None
+            sys.stdout.write(render_preview(spec, args.nodelist, args.job_id, os.getcwd(),
+                                            system))
         except ValueError as exc:
             raise SpecError(args.spec, "--nodelist", str(exc)) from None
     else:

@@ -18,11 +18,12 @@ from launcher.modes import Plan, mode_for, plan_launch
 from launcher.modes.base import TASK_ENV_NAME
 from launcher import hangs_script, requeue_script
 from launcher.doctor.ship import doctor_lines
+from launcher.internode import suffix_lines, suffix_token
 from launcher.runtimes import ContainerRuntime
 from launcher.slurm import rdzv_port_lines
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
     expansion_names, join, render_statement, require_vars, sbatch_quote, word
-from launcher.model import JobSpec
+from launcher.model import JobSpec, SuffixRule
 from launcher.venvjob import MODULES_FILE, check_lines
 
 
@@ -72,8 +73,11 @@ def expanded_names(spec: JobSpec) -> List[str]:
 
 def site_lines(spec: JobSpec) -> List[Statement]:
     site = spec.site
-    suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
-        if site.hostname_suffix else ""
+    if isinstance(site.hostname_suffix, SuffixRule):
+        suffix = ", nodes reach each other by their system's inter-node names (below)"
+    else:
+        suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
+            if site.hostname_suffix else ""
     out: List[Statement] = [Raw(f"# Site profile {site.profile}{suffix}.")]
     names = expanded_names(spec)
     if names:
@@ -150,7 +154,8 @@ def rendezvous_lines(spec: JobSpec) -> List[Statement]:
         Raw("first_node=\"${hostnames%%$'\\n'*}\""),
         Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
             'exit 1; fi'),
-        Assign("rdzv_host", word(Var("first_node"), spec.site.hostname_suffix)),
+        *suffix_lines(spec.site),
+        Assign("rdzv_host", word(Var("first_node"), suffix_token(spec.site))),
     ] + [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
                                  rdzv_port_lines("rdzv_port", "rdzv_host"))]
 

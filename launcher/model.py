@@ -7,7 +7,7 @@ Pure data: no I/O, no validation (launcher.spec does that).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Tuple
+from typing import Any, Literal, Optional, Tuple, Union
 
 RuntimeKind = Literal["bare", "apptainer", "enroot", "pyxis"]
 MISSING = object()  # SpecError's value when there is none to show
@@ -77,9 +77,30 @@ class VenvBuild:
 
 
 @dataclass(frozen=True)
+class SuffixRule:
+    """A site's inter-node names, chosen on the first node at run time (launcher.internode):
+    the suffix listed for $SYSTEMNAME; where SYSTEMNAME is unset or not listed, the first
+    candidate (in this order) with which the first node's name resolves."""
+
+    systems: Tuple[Tuple[str, str], ...]  # (SYSTEMNAME, suffix), in the order tried
+
+    @property
+    def candidates(self) -> Tuple[str, ...]:
+        """Every suffix once, in the order of ``systems``."""
+        return tuple(dict.fromkeys(suffix for _, suffix in self.systems))
+
+    @property
+    def groups(self) -> Tuple[Tuple[Tuple[str, ...], str], ...]:
+        """(the systems, their suffix) for each candidate, in order."""
+        return tuple((tuple(n for n, s in self.systems if s == suffix), suffix)
+                     for suffix in self.candidates)
+
+
+@dataclass(frozen=True)
 class Site:
     profile: str
-    hostname_suffix: str = ""
+    # node name + this = its inter-node name: a fixed suffix, or the profile's run-time rule
+    hostname_suffix: Union[str, SuffixRule] = ""
     socket_ifname: Optional[str] = None
     modules: Tuple[str, ...] = ()
     venv: Optional[str] = None
@@ -155,10 +176,23 @@ class JobSpec:
 # Built-in site profiles: each fact below carries its source; every one can be overridden in
 # the spec (docs/reference/spec.md, "site").
 #
-# JSC (JUWELS, JURECA, JUSUF: Slurm with psslurm instead of slurmd):
-# - hostname_suffix "i": nodes reach each other through `<hostname>i` (the InfiniBand names).
+# JSC (JUWELS, JURECA, JUSUF: Slurm with psslurm instead of slurmd; the inter-node names
+# also on JUPITER and JEDI):
+# - hostname_suffix, chosen per system on the first node at run time (JSC_SUFFIXES): nodes
+#   reach each other through their fast-network names, which differ between systems.
+#   JUWELS Cluster and Booster, JURECA-DC, JUSUF: `<node>i` (the InfiniBand names); public
+#   JSC scripts add `i` exactly when $SYSTEMNAME is juwels, juwelsbooster, jurecadc or jusuf
+#   (interTwin-eu/itwinai src/itwinai/slurm/system-base-scripts/juwels.sh).
+#   JUPITER: `<node>-interconnect-1.jupiter.internal`; the plain name's management address
+#   (10.128.x.x) "is not bindable" (OpenEuroLLM/titan-oellm slurm/jupiter.sh). JEDI has
+#   JUPITER's node design (JSC's JUPITER configuration page). Uncertain (no source confirmed):
+#   SYSTEMNAME `jupiter` (a public JSC platform script matches `jupiter` in
+#   /etc/FZJ/systemname) and `jedi`, and JEDI's interconnect names. Hence the fallback:
+#   where SYSTEMNAME is unset or another value, the first candidate that resolves wins (`i`
+#   first: the kit's name since its start, answered from /etc/hosts in the lab), and a name
+#   that does not resolve stops the job in one line naming every candidate tried.
 #   The socket interface is left unset on purpose: torchrun_jsc picks the one that routes to
-#   the endpoint.
+#   the endpoint. Override: site.hostname_suffix (a fixed suffix, no run-time choice).
 # - mpi_plugin "pspmix": psslurm serves PMIx to a step only when PSSLURM_PMI_TYPE=pmix, which
 #   ParaStation's srun-side plugin sets for --mpi=pspmix; SLURM_MPI_TYPE=pmix (--mpi=pmix) is
 #   ignored, so every rank would start as an MPI singleton. Sources: ParaStation/psmgmt
@@ -175,8 +209,12 @@ class JobSpec:
 #   env.set override them.
 JSC_ENV_DEFAULTS = (("NCCL_IB_RETRY_CNT", "10"), ("NCCL_IB_TIMEOUT", "50"),
                     ("UCX_RC_TIMEOUT", "4s"))
+JUPITER_INTERCONNECT = "-interconnect-1.jupiter.internal"
+JSC_SUFFIXES = SuffixRule((("juwels", "i"), ("juwelsbooster", "i"), ("jurecadc", "i"),
+                           ("jusuf", "i"), ("jupiter", JUPITER_INTERCONNECT),
+                           ("jedi", JUPITER_INTERCONNECT)))
 SITE_PROFILES = {
-    "jsc": Site("jsc", hostname_suffix="i", env=JSC_ENV_DEFAULTS,
+    "jsc": Site("jsc", hostname_suffix=JSC_SUFFIXES, env=JSC_ENV_DEFAULTS,
                 env_defaults=tuple(n for n, _ in JSC_ENV_DEFAULTS), module_purge=True,
                 mpi_plugin="pspmix"),
     "generic": Site("generic"),

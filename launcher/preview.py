@@ -6,6 +6,9 @@ resolved in Python (launcher.shell.resolve), so preview and jobscript cannot dis
 
 from __future__ import annotations
 
+from typing import Optional
+
+from launcher.internode import preview_endpoint
 from launcher.model import JobSpec
 from launcher.modes import mode_for, plan_launch
 from launcher.modes.common import rdzv_timeouts
@@ -13,23 +16,29 @@ from launcher.shell import resolve
 from launcher.slurm import expand_nodelist, rdzv_port
 
 
-def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str = "$PWD") -> str:
-    """What each node of a hypothetical allocation would run, with node rank and is_host."""
+def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str = "$PWD",
+                   system: Optional[str] = None) -> str:
+    """What each node of a hypothetical allocation would run, with node rank and is_host.
+
+    ``system``: the $SYSTEMNAME to show the inter-node name for, where the site's rule
+    picks it per system (launcher.internode); None, or one the rule does not list: every
+    system's name is listed and the node lines show ${rdzv_host}."""
     runtime, plan = plan_launch(spec)
     mode = mode_for(spec.launch.mode)
     nodes = expand_nodelist(nodelist)
     port = spec.launch.rdzv_port or rdzv_port(job_id)
-    host = nodes[0] + spec.site.hostname_suffix
+    host, endpoint = preview_endpoint(spec.site, nodes[0], port, job_id, system)
     values = {"nnodes": str(len(nodes)), "ntasks": str(len(nodes) * plan.tasks_per_node),
-              "rdzv_host": host, "rdzv_port": str(port), "SLURM_JOB_ID": str(job_id),
+              "rdzv_port": str(port), "SLURM_JOB_ID": str(job_id),
               "PWD": cwd, "rdzv_conf_user": ""}
+    if host is not None:  # else only the job can tell: the lines show ${rdzv_host}
+        values["rdzv_host"], values["host_suffix"] = host, host[len(nodes[0]):]
     values["rdzv_join_timeout"], values["rdzv_read_timeout"] = \
         (str(t) for t in rdzv_timeouts(len(nodes)))
     lines = [f"# preview of {spec.source}: {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
              f"({nodelist}), job id {job_id}, "
              f"mode {spec.launch.mode}, {plan.tasks_per_node} task(s) per node",
-             f"# rendezvous endpoint {host}:{port} (first node + site suffix "
-             f"{spec.site.hostname_suffix!r}), rdzv_id {job_id}"]
+             *endpoint]
     if not spec.launch.rdzv_port:
         lines.append(f"# (or the next port up that nothing on {nodes[0]} listens on yet, "
                      "checked when the job starts)")

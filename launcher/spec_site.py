@@ -33,7 +33,6 @@ def load_site(r: Reader, value: Any) -> Site:
     m = r.mapping("site", value, _SITE)
     name = r.choice("site.profile", m.get("profile", "generic"), sorted(SITE_PROFILES))
     base = SITE_PROFILES[name]
-    suffix = m.get("hostname_suffix", base.hostname_suffix)
     ifname = m.get("socket_ifname", base.socket_ifname)
     modules = m.get("modules")
     purge = m.get("module_purge", base.module_purge)
@@ -44,8 +43,8 @@ def load_site(r: Reader, value: Any) -> Site:
     defaults = tuple((n, v) for n, v in base.env if n not in dict(env))
     return Site(
         profile=name,
-        hostname_suffix=suffix if suffix == "" else r.matching(
-            "site.hostname_suffix", suffix, _SUFFIX, "letters, digits, '.' or '-'"),
+        hostname_suffix=_suffix(r, m["hostname_suffix"]) if "hostname_suffix" in m
+        else base.hostname_suffix,
         socket_ifname=None if ifname is None else r.matching(
             "site.socket_ifname", ifname, _IFNAME, "an interface name or NCCL-style list"),
         modules=base.modules if modules is None else r.strings("site.modules", modules,
@@ -57,6 +56,12 @@ def load_site(r: Reader, value: Any) -> Site:
         module_purge=purge,
         mpi_plugin=base.mpi_plugin,
     )
+
+
+def _suffix(r: Reader, value: Any) -> str:
+    """The spec's own suffix: fixed, so it replaces a profile's run-time rule (jsc's)."""
+    return value if value == "" else r.matching(
+        "site.hostname_suffix", value, _SUFFIX, "letters, digits, '.' or '-'")
 
 
 def _venv(r: Reader, value: Any) -> Optional[str]:

@@ -4,7 +4,7 @@ Where it sits: **spec** (launcher.spec, the one parser) -> this module -> a subm
 SlurmExecutor. The submitted function runs as ``job.nodes`` x ``launch.procs_per_node``
 Slurm tasks, inside the spec's container, with what ``init_process_group("env://")`` needs:
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
-first node's inter-node name (its hostname + ``site.hostname_suffix``; submitit's own
+first node's inter-node name (its hostname + the site's suffix, launcher.internode; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
 MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the one rule of launcher/net. Those
 are set by the jobscript's own preamble (launcher.jobscript.rendezvous_lines) and the srun

@@ -21,6 +21,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, List, Mapping
 
+from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
 from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
 from launcher.modes.common import command_argv, ifname_task_env
@@ -81,7 +82,7 @@ class Deepspeed(LaunchMode):
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
                     tuple(node_argv(rt, spec, SCRIPT, "deepspeed-node", [HOSTS], launcher)))
         batch = (Raw("# The per-job hostfile's text (each node writes it to a temporary file)."),
-                 Assign("ds_suffix", spec.site.hostname_suffix),
+                 Assign("ds_suffix", suffix_token(spec.site)),
                  Assign("ds_slots", str(launch.procs_per_node)),
                  Raw(HOSTS_LINES.rstrip("\n")))
         return Plan(tasks_per_node=1, step=step, master_env=True,

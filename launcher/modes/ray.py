@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional
 
+from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import command_argv, program_argv
@@ -22,7 +23,7 @@ from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeu
     srun_argv
 from launcher.node.ray import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
 from launcher.runtimes import ContainerRuntime
-from launcher.shell import Token, Values, resolve, word
+from launcher.shell import Token, Values, literal_or_word, resolve, word
 from launcher.yamlread import Reader
 
 # `python3 -m launcher.ray_node` would put the current directory (the user's submit
@@ -66,8 +67,9 @@ class Ray(LaunchMode):
         launch = spec.launch
         options: RayOptions = launch.options
         out: List[Token] = [*command_argv(spec), word("--head=", RDZV_HOST, ":", RDZV_PORT)]
-        if spec.site.hostname_suffix:
-            out.append(f"--suffix={spec.site.hostname_suffix}")
+        suffix = suffix_token(spec.site)  # a fixed suffix, or the one the job picked
+        if suffix:
+            out.append(literal_or_word("--suffix=", suffix))
         out += [f"--procs-per-node={launch.procs_per_node}",
                 f"--join-timeout={options.join_timeout}"]
         if options.object_store_memory is not None:

@@ -215,7 +215,9 @@ def test_checked_in_task_scripts_hold_the_bundle_once(name):
     """Verbatim (it has no single quote), once, at batch scope in the task script variable."""
     text = (ROOT / "jobs" / f"{name}.job").read_text()
     assert text.count(shipped.source("net")) == 1
-    assert "getent" not in text and "ip -o route" not in text  # the bash copy is gone
+    assert "getent ahosts" not in text and "ip -o route" not in text  # the bash copy is gone
+    # getent only in the batch step's lookup of the first node's name (launcher/internode.py)
+    assert text.count("getent") == 1 and "getent hosts \"$1$suffix\"" in text
 
 
 def test_pyxis_srun_task_script_runs_the_shipped_rule_in_the_image(plain_fakes):

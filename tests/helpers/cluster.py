@@ -27,7 +27,7 @@ class Cluster:
         self.log = tmp / "log"
         self.env = dict(os.environ, **fake.install(tmp / "bin", self.log))
         for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "RANK", "NCCL_DEBUG",
-                    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+                    "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "SYSTEMNAME"):
             self.env.pop(key, None)
 
     def run(self, script: Path, nodes: int = 2, **extra: str) -> subprocess.CompletedProcess:

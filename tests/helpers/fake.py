@@ -1,5 +1,5 @@
 """Recording fakes of srun, scontrol, squeue, sbatch, apptainer, enroot, mpirun, torchrun_jsc,
-python3, accelerate, deepspeed.
+python3, accelerate, deepspeed; a fake getent (hosts) for the batch step's name lookup.
 
 Helper for ring 2: `install(bin_dir, log_dir)` writes one small sh
 wrapper per tool into bin_dir that runs this file with the tool's name. Every call appends
@@ -34,6 +34,23 @@ case "$*" in
     *) exec /usr/bin/id "$@" ;;
 esac
 """,
+    # `getent hosts NAME...` as the first node's resolver answers the batch step's lookup of
+    # the inter-node name (launcher/internode.py): the names in FAKE_HOSTS (space-separated)
+    # resolve; without FAKE_HOSTS, every name ending in "i" (the JSC names, as the fake
+    # network below). Status 2 (glibc's "not found") for the first that does not. Other
+    # databases go to the real getent.
+    "getent": """\
+if [ "$1" != hosts ]; then exec REAL_GETENT "$@"; fi
+shift
+for name in "$@"; do
+    if [ -n "${FAKE_HOSTS+set}" ]; then
+        case " $FAKE_HOSTS " in *" $name "*) ;; *) exit 2 ;; esac
+    else
+        case "$name" in *i) ;; *) exit 2 ;; esac
+    fi
+    echo "10.0.0.1        $name"
+done
+""",
 }
 RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                 "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_JOB_ID",
@@ -65,9 +82,10 @@ def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
         path.write_text(f'#!/bin/sh\n{conf}exec {sys.executable} -I -S '
                         f'{Path(__file__).resolve()} {tool} "$@"\n{init}')
         path.chmod(0o755)
+    real_getent = shutil.which("getent") or "/usr/bin/getent"
     for tool, body in SH_TOOLS.items():
         path = bin_dir / tool
-        path.write_text("#!/bin/sh\n" + body)
+        path.write_text("#!/bin/sh\n" + body.replace("REAL_GETENT", real_getent))
         path.chmod(0o755)
     user = f"fake{os.getpid()}x{os.urandom(3).hex()}"
     # The site's Enroot config: a per-user data path under /tmp (tests change or remove it).
@@ -382,8 +400,10 @@ def _slurm_argument(line: str) -> str:
 
 
 # The fake cluster network, as the shipped interface rule sees it: names ending in "i" (the
-# JSC inter-node names) resolve to 10.0.0.1, or as FAKE_GETENT says (loopback_first: Debian
-# 127.0.1.1 first; dual: AAAA fd00::1 first, then A; v6only), FAKE_GETENT_FAIL: nothing does.
+# JSC inter-node names), or those in FAKE_HOSTS where set (as the fake getent), resolve to
+# 10.0.0.1, or as FAKE_GETENT says (loopback_first: Debian 127.0.1.1 first; dual: AAAA
+# fd00::1 first, then A; v6only), FAKE_GETENT_FAIL: nothing does (in the tasks; the batch
+# step's getent still answers).
 # Node 0 (SLURM_NODEID) owns 10.0.0.1 on ib0 and fd00::1 on ib6; the others reach them from
 # 10.0.0.2 (ib0) and fd00::2 (ib6).
 FAKE_ADDRESSES = {"": ("10.0.0.1",), "loopback_first": ("127.0.1.1", "10.0.0.1"),
@@ -405,7 +425,9 @@ def net_rule(argv: List[str]) -> int:
              "fd00::1" if node0 else "fd00::2": "ib6"}
 
     def getaddrinfo(host: str, port: object, *args: object, **kwargs: object) -> list:
-        if not host.endswith("i") or os.environ.get("FAKE_GETENT_FAIL"):
+        hosts = os.environ.get("FAKE_HOSTS")
+        known = host.endswith("i") if hosts is None else host in hosts.split()
+        if not known or os.environ.get("FAKE_GETENT_FAIL"):
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
                  (a, port)) for a in FAKE_ADDRESSES[os.environ.get("FAKE_GETENT", "")]]

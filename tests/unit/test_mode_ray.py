@@ -36,7 +36,8 @@ def test_launch_line_bare():
         'srun --kill-on-bad-exit=1 "--nodes=${nnodes}" --ntasks-per-node=1 '
         '"--cpus-per-task=${cpus_per_task}" --output=logs/%x-%j.node%n.out '
         f"python3 -c {shlex.quote(RUN_MODULE)} launcher.ray_node "
-        '"--head=${rdzv_host}:${rdzv_port}" --suffix=i --procs-per-node=2 --join-timeout=120 '
+        '"--head=${rdzv_host}:${rdzv_port}" "--suffix=${host_suffix}" --procs-per-node=2 '
+        '--join-timeout=120 '
         "--object-store-memory=100000000 -- python3 -u d.py 'a b' '$(x)'")
     assert plan.tasks_per_node == 1 and not plan.master_env
 
@@ -58,8 +59,10 @@ def test_generic_site_has_no_suffix_and_preview_names_roles():
     s = parse_spec("job: {nodes: 2}\nprogram: [d.py]\nlaunch: {mode: ray}\n", "x.yaml")
     _, plan = plan_launch(s)
     assert not any(str(t).startswith("--suffix") for t in plan.task)
-    text = render_preview(spec("procs_per_node: 2"), "jwb[0001-0002]", job_id=7)
+    text = render_preview(spec("procs_per_node: 2"), "jwb[0001-0002]", job_id=7,
+                          system="juwelsbooster")
     assert "rendezvous endpoint jwb0001i:29507" in text
+    assert " --suffix=i " in text  # the suffix the job picks on JUWELS Booster
     assert "per node (Ray head, then the driver once all nodes joined): python3 -c " in text
     assert " launcher.ray_node --head=jwb0001i:29507" in text
     assert "per node (Ray worker, joins the head):" in text

@@ -41,7 +41,7 @@ def test_accelerate_argv_total_processes_and_first_node():
     i = plan.task.index("accelerate-node")
     assert plan.task[i + 1:i + 5] == ("", "1", "9", "accelerate")  # generated config, CPU
     assert "--multi_gpu" in task and "--no_python" in task and "--rdzv_backend=static" in task
-    assert 'rdzv_host="${first_node}i"' in text
+    assert 'rdzv_host="${first_node}${host_suffix}"' in text
     # The per-node value is expanded in the node script, never at batch scope.
     assert '--machine_rank "$SLURM_NODEID"' in text and "machine_rank=" not in text
     assert "#SBATCH --ntasks-per-node=1" in text
@@ -62,17 +62,19 @@ def test_deepspeed_argv_and_hostfile_lines():
     assert "--no_ssh" in text and '"--master_addr=${rdzv_host}"' in text
     assert "--no_local_rank" in text and "pdsh" not in text
     assert not re.search(r"(^|[ \"])ssh ", text)
-    assert "ds_slots=2" in text and "ds_suffix=i" in text
+    assert "ds_slots=2" in text and 'ds_suffix="${host_suffix}"' in text
     spec = parse_spec(spec_text("deepspeed", {"kind": "bare"}, local_rank_arg=True), "x.yaml")
     assert "--no_local_rank" not in plan_launch(spec)[1].task
 
 
 def test_preview_shows_each_nodes_rank():
-    text = render_preview(load_spec("jobs/sum_accelerate.yaml"), "jwb[0001-0003]", 7)
+    text = render_preview(load_spec("jobs/sum_accelerate.yaml"), "jwb[0001-0003]", 7,
+                          system="juwelsbooster")
     assert "--num_processes=6" in text and "--main_process_ip=jwb0001i" in text
     for n in range(3):
         assert f"--machine_rank {n} python3 -u examples/distributed_sum.py" in text
-    text = render_preview(load_spec("jobs/sum_deepspeed.yaml"), "jwb[0001-0002]", 7)
+    text = render_preview(load_spec("jobs/sum_deepspeed.yaml"), "jwb[0001-0002]", 7,
+                          system="juwelsbooster")
     assert "--node_rank 1 python3" in text and "--master_addr=jwb0001i" in text
 
 

@@ -118,7 +118,7 @@ def test_ddp_container_launch_line():
         "python3", "-u", "examples/ddp_train.py", "--steps", "20"]
     text = rendered("ddp_container.yaml")
     assert "#SBATCH --gpus-per-node=4" in text and "#SBATCH --ntasks-per-node=1" in text
-    assert 'rdzv_host="${first_node}i"' in text
+    assert 'rdzv_host="${first_node}${host_suffix}"' in text  # launcher.internode
     assert "rdzv_port=$((29500 + SLURM_JOB_ID % 1000))" in text
 
 
@@ -218,7 +218,8 @@ def test_nodelist_expansion():
 
 def test_preview_per_node():
     spec = load_spec("jobs/ddp_container.yaml")
-    text = render_preview(spec, "jwb[0001-0004]", job_id=4242, cwd="/repo")
+    text = render_preview(spec, "jwb[0001-0004]", job_id=4242, cwd="/repo",
+                          system="juwelsbooster")
     assert "rendezvous endpoint jwb0001i:29742" in text
     assert "node 0 jwb0001: node_rank=0 is_host=yes" in text
     assert "node 3 jwb0004: node_rank=3 is_host=no" in text

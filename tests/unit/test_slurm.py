@@ -22,7 +22,7 @@ def test_the_rule():
 
 def test_the_preview_says_the_port_may_move():
     spec = parse_spec("job: {nodes: 2}\nsite: jsc\nprogram: [python3, t.py]\n", "x.yaml")
-    text = render_preview(spec, "jwb[0001-0002]", job_id=4242)
+    text = render_preview(spec, "jwb[0001-0002]", job_id=4242, system="juwelsbooster")
     assert "# rendezvous endpoint jwb0001i:29742 (first node" in text
     assert "# (or the next port up that nothing on jwb0001 listens on yet" in text
     fixed = parse_spec("job: {nodes: 2}\nlaunch: {rdzv_port: 29400}\nprogram: [p]\n", "x.yaml")

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from launcher.model import SITE_PROFILES, Bind, SpecError
+from launcher.model import JSC_SUFFIXES, SITE_PROFILES, Bind, SpecError
 from launcher.modes.common import TorchrunOptions
 from launcher.spec import load_spec, parse_spec
 
@@ -57,7 +57,7 @@ def test_full_spec_round_trip():
         """)
     assert spec.job.sbatch == (("exclusive", None), ("mem", "0"))
     assert spec.job.node_output is None
-    assert spec.site.hostname_suffix == "i" and spec.site.modules == ("GCC", "OpenMPI")
+    assert spec.site.hostname_suffix == JSC_SUFFIXES and spec.site.modules == ("GCC", "OpenMPI")
     assert spec.env.values == (("A", "1"), ("B", "2"))  # sorted
     assert spec.env.passthrough == ("NCCL_*", "http_proxy")  # sorted, deduplicated
     assert spec.runtime.binds == (Bind("/p/data", "/data", True), Bind("/scratch", "/scratch"))

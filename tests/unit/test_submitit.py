@@ -87,11 +87,14 @@ def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
     assert "--bind /f/x:/f/x " in submitit_plan(spec(rt), "/f/x").python  # no %j: the folder
 
 
-@pytest.mark.parametrize("site,addr", [("site: jsc", 'rdzv_host="${first_node}i"'),
+@pytest.mark.parametrize("site,addr", [("site: jsc", 'rdzv_host="${first_node}${host_suffix}"'),
                                        ("site: generic", 'rdzv_host="${first_node}"')])
 def test_master_is_the_first_nodes_inter_node_name(site, addr):
     setup = submitit_plan(spec(site=site), FOLDER).setup
     assert addr in setup
+    # jsc: the suffix picked per system on the first node (launcher.internode), before use
+    picks = [i for i, line in enumerate(setup) if line.startswith("pick_host_suffix ")]
+    assert picks == ([setup.index(addr) - 1] if site == "site: jsc" else [])
     assert 'hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"' in setup
     assert "rdzv_port=$((29500 + SLURM_JOB_ID % 1000))" in setup
     # The jobscript's own preamble: the same rendezvous lines, then env:// from them.
