@@ -13,12 +13,12 @@ deepspeed's workers, srun mode's tasks), and only the first Python process of th
 subprocesses; forked children are disarmed at fork). MPI rank variables (PMIX_RANK with
 srun --mpi=pmix, PMI_RANK under psslurm, OMPI_COMM_WORLD_RANK under mpirun) count only in a
 mode whose ranks MPI starts (horovod): elsewhere the per-node agent carries them too, and an
-armed agent would leave its workers unarmed (issue 26). Arming costs one open file; nothing runs until SIGURG comes, whose
-default action is to be ignored, so the same signal reaching an unarmed process does nothing.
-Then faulthandler (C code, no GIL needed: also while the rank waits in NCCL or gloo) appends
-every thread's Python stack to ``STACKS_DIR/rank-R.host-H.pid-P.txt`` (process ids repeat
-across nodes: the collector matches host and pid). Any other sitecustomize on
-the path after this one still runs.
+armed agent would leave its workers unarmed (issue 26). Arming costs one open file; nothing
+runs until SIGURG comes, whose default action is to be ignored, so the same signal reaching an
+unarmed process does nothing. Then faulthandler (C code, no GIL needed: also while the rank
+waits in NCCL or gloo) appends every thread's Python stack to
+``STACKS_DIR/rank-R.host-H.pid-P.txt`` (process ids repeat across nodes: the collector matches
+host and pid). Any other sitecustomize on the path after this one still runs.
 
 Progress (only where the directory ``STACKS_DIR/progress`` exists: the spec sets
 launch.hang_timeout): one daemon thread wakes every ``progress/period`` seconds and reads how

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -276,7 +277,11 @@ def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
     t0 = time.time()
     procs = start(net, torchrun_jsc([program], free_port()), launch_env(gpus, job, extra),
                   out / "hang.log")
-    collector = [PY, str(ROOT / "launcher" / "stacks.py"), "node", job, "10"]
+    # One collector per node, run on that node (its hostname: dumps are matched by host and
+    # pid, as on real nodes), as the jobscript's srun step does.
+    node_step = [PY, "-I", str(ROOT / "launcher" / "stacks.py"), "node", job, "10"]
+    collector = ["sh", "-c", "; ".join(shlex.join(net.command(node, node_step, net.hosts_jsc))
+                                       for node in net.nodes)]
     watch = subprocess.run([PY, str(ROOT / "launcher" / "stacks.py"), "watch", job, str(hangs),
                             "15", "1", "1", "--", *collector], capture_output=True, text=True,
                            timeout=240)

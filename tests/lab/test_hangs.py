@@ -35,7 +35,7 @@ job:
   partition: batch
 {where}
 env:
-  set: {{READY_DIR: {ready}, PYTHONWARNINGS: ignore}}
+  set: {{READY_DIR: {ready}, PYTHONWARNINGS: ignore{env_extra}}}
 launch:
   mode: {mode}
   procs_per_node: 2
@@ -43,15 +43,19 @@ launch:
 """
 VENV_SITE = "site:\n  profile: jsc\n  venv: .venv"
 IMAGE_SITE = "site: jsc\nruntime:\n  kind: apptainer\n  image: image.sif"
+ENROOT_SITE = "site: jsc\nruntime:\n  kind: enroot\n  image: image.sqsh"
+PYXIS_SITE = "site: jsc\nruntime:\n  kind: pyxis\n  image: image.sqsh"
+# Open MPI refuses root (the lab's jobs run as root) unless told
+AS_ROOT = ", OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1'"
 
 
 def render(shared_tmp: Path, time_limit: str, program: str, mode: str = "torchrun",
-           where: str = VENV_SITE, launch_extra: str = "") -> Path:
+           where: str = VENV_SITE, launch_extra: str = "", env_extra: str = "") -> Path:
     ready = shared_tmp / "ready"
     ready.mkdir(exist_ok=True)
     spec = shared_tmp / "hang.yaml"
     spec.write_text(SPEC.format(time=time_limit, ready=ready, program=program, mode=mode,
-                                where=where, launch_extra=launch_extra))
+                                where=where, launch_extra=launch_extra, env_extra=env_extra))
     job = shared_tmp / "hang.job"
     p = subprocess.run([PY, "-m", "launcher", "render", str(spec), "-o", str(job)],
                        capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
@@ -84,14 +88,28 @@ def image() -> Path:
     return REPO / "image.sif"
 
 
-@pytest.mark.parametrize("mode, where", [("torchrun", VENV_SITE), ("srun", VENV_SITE),
-                                         ("torchrun", IMAGE_SITE)],
-                         ids=["torchrun-venv", "srun-venv", "torchrun-apptainer"])
-def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mode, where):
+@pytest.fixture(scope="module")
+def sqsh() -> Path:
+    make("enroot-image")  # tests/lab/test_enroot.py says in one line when Enroot is missing
+    return REPO / "image.sqsh"
+
+
+# Every task of the lab carries PMIX_RANK and PMI_RANK (tests/lab/test_cluster.py), the per-node
+# agents included; in mode mpirun_torchrun they carry OMPI_COMM_WORLD_RANK too (issue 26).
+@pytest.mark.parametrize("mode, where, env_extra", [
+    ("torchrun", VENV_SITE, ""), ("srun", VENV_SITE, ""), ("torchrun", IMAGE_SITE, ""),
+    ("mpirun_torchrun", IMAGE_SITE, AS_ROOT), ("torchrun", ENROOT_SITE, ""),
+    ("torchrun", PYXIS_SITE, "")],
+    ids=["torchrun-venv", "srun-venv", "torchrun-apptainer", "mpirun_torchrun-apptainer",
+         "torchrun-enroot", "torchrun-pyxis"])
+def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mode, where,
+                                               env_extra):
     if where == IMAGE_SITE:
         request.getfixturevalue("image")
+    if where in (ENROOT_SITE, PYXIS_SITE):
+        request.getfixturevalue("sqsh")
     job = render(shared_tmp, "00:05:00", str(REPO / "tests/helpers/programs/hang_ranks.py"), mode,
-                 where)
+                 where, env_extra=env_extra)
     job_id = cluster.submit(str(job), ["-o", str(shared_tmp / "hang-%j.out")], cwd=str(REPO))
     try:
         wait_ready(shared_tmp / "ready", 4)
@@ -106,7 +124,7 @@ def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mod
     finally:
         cluster.run(["scancel", job_id])
         cluster.wait_gone(job_id, 120)
-    if mode == "torchrun":  # the timeouts, computed on the cluster for its 2 nodes
+    if mode in ("torchrun", "mpirun_torchrun"):  # the timeouts, computed for its 2 nodes
         assert "rdzv_join_timeout=$((600 + 1 * nnodes))" in job.read_text()
 
 
