@@ -3,8 +3,8 @@ steps, and how long a hang takes to reach the log.
 
 - steps: 2 nodes x 2 processes (torchrun_jsc, venv), N compute-bound steps with an all_reduce
   each (bench/programs/ready.py --work-steps; rank 0 prints `WORK s=`), interleaved:
-  without the kit's hook at all (the jobscript's PYTHONPATH line for it removed: the
-  baseline), as rendered (the stack hook, no deadline), and with `launch.hang_timeout` (the
+  without the kit's hook at all (the baseline: the jobscript's export of the hook's directory
+  removed and each task's prelude reduced to its `exec`), as rendered (the stack hook, no deadline), and with `launch.hang_timeout` (the
   hook's progress thread and the watcher beside the launch), at the least deadline the spec
   takes for 2 nodes plus a little, so that both look every 13 s, as often as they ever do.
 - report: tests/helpers/programs/hang_ranks.py (rank 3 stops in load_batch after the first
@@ -30,6 +30,21 @@ DEADLINE_S = 130  # 2 nodes: at least 121 s (the rendezvous read timeout); looks
 HOOK_LINE = re.compile(r"^export TORCHRUN_JSC_STACKS=.*\n", re.M)
 
 
+def without_hook(text: str) -> str:
+    """The rendered jobscript with no rank loading the kit's hook: its directory's export
+    removed, and the prelude every task starts through (hangs_script.HOOK_PRELUDE) left with
+    its exec only, so that the baseline starts its tasks the same way."""
+    from launcher import hangs_script
+    from launcher.shell import Assign
+
+    text, n = HOOK_LINE.subn("", text)
+    prelude = Assign(hangs_script.HOOK_SH.name, hangs_script.HOOK_PRELUDE).render()
+    bare = Assign(hangs_script.HOOK_SH.name, 'exec "$@"\n').render()
+    assert n == 1 and text.count(prelude) == 1, \
+        "the hook's lines moved: update bench/hangs_bench.py"
+    return text.replace(prelude, bare)
+
+
 def _job(name: str, program, deadline: bool, hook: bool = True, env: str = "") -> str:
     from launcher.jobscript import render_jobscript
     from launcher.spec import parse_spec
@@ -43,8 +58,7 @@ def _job(name: str, program, deadline: bool, hook: bool = True, env: str = "") -
     (out_dir / f"{name}.yaml").write_text(spec)
     text = render_jobscript(parse_spec(spec, f"bench-results/jobs/{name}.yaml"))
     if not hook:  # the baseline: no rank loads the kit's hook
-        text, n = HOOK_LINE.subn("", text)
-        assert n == 1, "the hook's export line moved: update bench/hangs_bench.py"
+        text = without_hook(text)
     (out_dir / f"{name}.job").write_text(text)
     return f"bench-results/jobs/{name}.job"
 

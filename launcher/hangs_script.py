@@ -5,9 +5,14 @@ the shipped texts are the kit's own files (launcher/stacks_hook.py, launcher/sta
 read, never generated. docs/guide/hangs.md for users.
 
 - The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
-  into every container with runtime.bind_cwd) holds ``hook/sitecustomize.py`` (on
-  PYTHONPATH), ``stacks/`` (one dump file per armed rank) and ``fr/`` (torch's flight
-  recorder dumps, with TORCH_FR_* / TORCH_NCCL_* unless the user set them).
+  into every container with runtime.bind_cwd) holds ``hook/sitecustomize.py``, ``stacks/``
+  (one dump file per armed rank) and ``fr/`` (torch's flight recorder dumps, with
+  TORCH_FR_* / TORCH_NCCL_* unless the user set them).
+- Every task of the launch starts through a short sh prelude (:data:`HOOK_PRELUDE`, put in
+  front by launcher.runtimes.base ``ContainerRuntime.wrap``) that runs where the task runs,
+  inside the container: it puts ``hook/`` first on the PYTHONPATH it finds there (the
+  image's own, else what the runtime passed on), keeping that value after it. One rule for
+  every runtime: the batch shell never sets PYTHONPATH for the hook.
 - ``jsc-compose stacks JOBID`` (launcher/cli.py) signals the ranks through one
   ``srun --overlap`` step per node (:func:`stacks_srun`) and prints them grouped.
 - Before the job is killed (time limit, scancel): Slurm sends SIGTERM to the batch shell
@@ -24,7 +29,7 @@ from __future__ import annotations
 import ast
 import math
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from launcher import stacks
 from launcher.model import JobSpec
@@ -73,13 +78,28 @@ def fr_exports() -> str:
 
 # The hook's variable naming the mode's rank variables (launcher.modes: LaunchMode.rank_vars).
 RANK_VARS_ENV = hook_constant("RANK_VARS_ENV")
-# What must reach the ranks inside a container that forwards by name only (Enroot).
-NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV, "PYTHONPATH") + \
-    tuple(n for n, _ in FLIGHT_RECORDER)
+# What must reach the ranks inside a container that forwards by name only (Enroot). Not
+# PYTHONPATH: forwarded, it would replace the image's own; the prelude below edits it inside.
+NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV) + tuple(n for n, _ in FLIGHT_RECORDER)
+# The prelude every task of the launch starts through: ``sh -c "$stacks_hook_sh" jsc-hook
+# ARGV...`` (:func:`hook_argv`), run by the container's sh after the runtime has set the
+# image's environment, so PYTHONPATH there is the image's, else what the runtime passed on
+# (Apptainer, pyxis: the task's; Enroot: only a PYTHONPATH the spec exports). POSIX sh only;
+# ARGV is exec'd as given (no shell stays between, so signals reach the task as before).
+HOOK_SH = Var("stacks_hook_sh")
+HOOK_PRELUDE = f"""\
+export PYTHONPATH="${DIR_ENV}/hook${{PYTHONPATH:+:$PYTHONPATH}}"
+exec "$@"
+"""
 # The kit's helpers (collector, report, watcher): isolated (-I), so that neither the job's
 # PYTHONPATH (the hook itself: under an MPI rank variable it could arm them) nor a user's
 # module beside the submit directory is imported.
 ISOLATED = ("python3", "-I", "-c")
+
+
+def hook_argv(argv: Sequence[Token]) -> List[Token]:
+    """``argv`` started through the stack hook's prelude (HOOK_PRELUDE)."""
+    return ["sh", "-c", HOOK_SH, "jsc-hook", *argv]
 
 
 def compact(source: str) -> str:
@@ -156,8 +176,12 @@ def setup_lines(spec: Optional[JobSpec] = None,
         Raw('printf \'%s\' "$stacks_hook_py" >"$hangs_dir/hook/sitecustomize.py"'),
         Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
         Assign("stacks_py", stacks_text()),
-        Raw(f'export {DIR_ENV}="$hangs_dir" '
-            'PYTHONPATH="$hangs_dir/hook${PYTHONPATH:+:${PYTHONPATH}}"'),
+        Raw(f'export {DIR_ENV}="$hangs_dir"'),
+        Raw("# Every task of the launch starts through this (sh -c, where the task runs: in\n"
+            "# its container): the hook first on the PYTHONPATH found there, which stays after\n"
+            "# it (an image's own PYTHONPATH included)."),
+        Raw("# shellcheck disable=SC2016  # expanded by sh in each task"),
+        Assign(HOOK_SH.name, HOOK_PRELUDE),
         Raw("# Only processes with one of these run the program as a rank (never a per-node\n"
             "# launcher, which may carry PMIX_RANK/PMI_RANK/OMPI_COMM_WORLD_RANK too)."),
         Raw(f"export {RANK_VARS_ENV}={quote(' '.join(rank_vars))}"),
@@ -245,6 +269,6 @@ def launch_lines(launch: str, after_wait: str = "") -> List[str]:
 if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi"""]
 
 
-__all__ = ["EXIT_NO_PROGRESS", "NAMES", "after_launch", "hook_text", "launch_lines",
-           "progress_period", "sbatch_options", "seconds_text", "setup_lines", "stacks_srun",
-           "stacks_text", "watch_lines"]
+__all__ = ["EXIT_NO_PROGRESS", "HOOK_PRELUDE", "NAMES", "after_launch", "hook_argv",
+           "hook_text", "launch_lines", "progress_period", "sbatch_options", "seconds_text",
+           "setup_lines", "stacks_srun", "stacks_text", "watch_lines"]

@@ -222,7 +222,7 @@ def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = F
 
     ``doctor``: the script `python -m launcher doctor` runs: the same, but it ends after the
     doctor's step (launcher.doctor.ship) instead of launching."""
-    runtime, plan = plan_launch(spec)
+    runtime, plan = plan_launch(spec, hook=not doctor)  # the hook: hangs_script.setup_lines
     lines = _header(spec, version)
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
               for k, v in sbatch_options(spec, plan)]

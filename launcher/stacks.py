@@ -411,7 +411,7 @@ def list_steps(job_id):
 def _starting_note(job_id, timeout, waiting):
     if not waiting:
         return ("job %s: launch.hang_timeout: no rank has reported after %d s (still "
-                "starting, or the image hides the kit's hook: docs/guide/hangs.md)\n"
+                "starting, or no rank runs the kit's hook: docs/guide/hangs.md)\n"
                 % (job_id, timeout))
     return ("job %s: launch.hang_timeout: %s %s issued no collective after %d s; the "
             "deadline starts once every rank has (docs/guide/hangs.md)\n"

@@ -1,9 +1,10 @@
 """The stack hook: shipped as ``sitecustomize.py`` on the workers' PYTHONPATH (docs/guide/hangs.md).
 
 Where it sits: spec -> jobscript (launcher.hangs_script writes this file's text into the
-job's directory ``.hangs/JOBID/hook/`` and puts that on PYTHONPATH) -> every Python process
-of the job imports it at start-up -> ``launcher.stacks`` (``jsc-compose stacks JOBID``, or the
-jobscript before the job is killed) signals the ranks and reads what they wrote.
+job's directory ``.hangs/JOBID/hook/``; each task's prelude, its HOOK_PRELUDE, puts that
+first on PYTHONPATH inside the container) -> every Python process of the job imports it at
+start-up -> ``launcher.stacks`` (``jsc-compose stacks JOBID``, or the jobscript before the job
+is killed) signals the ranks and reads what they wrote.
 
 Standard library only, Python >= 3.6, no output, never raises. It arms only a process that
 runs the user's program as a rank: one with a rank variable of the mode (the jobscript names

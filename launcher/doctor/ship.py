@@ -54,9 +54,10 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     conf = json.dumps(node_config(spec, fake_gpus), sort_keys=True)
     where: List[Token] = [Var("doctor_conf"), Var("rdzv_host"), Var("rdzv_port")]
     # No --kill-on-bad-exit: a node whose check fails still lets every other node report.
+    # runtime.enter: the container without the stack hook's prelude (the checks are no rank).
     step: List[Token] = [*node_srun(kill_on_bad_exit=False), *PYTHON_ISOLATED,
                          Var("doctor_py"), "node", *where, "--",
-                         *runtime.wrap([])]
+                         *runtime.enter([])]
     collect: List[Token] = [*PYTHON_ISOLATED, Var("doctor_py"), output, *where, Var("hostnames"),
                             Var("doctor_t0")]
     stmts: List[Statement] = [

@@ -32,9 +32,10 @@ def mode_for(name: str) -> LaunchMode:
     return MODES[name]
 
 
-def plan_launch(spec: JobSpec) -> Tuple[ContainerRuntime, Plan]:
-    """The runtime object and launch plan for a validated spec."""
-    runtime = runtime_for(spec)
+def plan_launch(spec: JobSpec, hook: bool = False) -> Tuple[ContainerRuntime, Plan]:
+    """The runtime object and launch plan for a validated spec. ``hook``: every task starts
+    through the stack hook's prelude (the jobscript; the preview leaves it out)."""
+    runtime = runtime_for(spec, hook=hook)
     return runtime, mode_for(spec.launch.mode).plan(spec, runtime)
 
 

@@ -229,10 +229,11 @@ def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...],
                   ) -> List[Token]:
     """bash -c "$task_env" task ARGV (ARGV: the program unless given): outside the container
     (the host's python3 picks the interface) unless the runtime puts the whole task, bash
-    included, in the image (task_script_inside), where the image's python3 does."""
+    included, in the image (task_script_inside), where the image's python3 does. Either way
+    what runs inside goes through ``rt.wrap`` (the stack hook's prelude)."""
     argv = program_argv(spec) if argv is None else argv
     if rt.task_script_inside:
-        return ["bash", "-c", script, "task", *argv]
+        return rt.wrap(["bash", "-c", script, "task", *argv], names)
     return ["bash", "-c", script, "task", *rt.wrap(argv, names)]
 
 

@@ -22,9 +22,10 @@ RUNTIMES: Dict[str, Type[ContainerRuntime]] = {r.kind: r for r in (Bare, Apptain
                                                                      Pyxis)}
 
 
-def runtime_for(spec: JobSpec) -> ContainerRuntime:
-    """The runtime object the spec names."""
-    return RUNTIMES[spec.runtime.kind](spec)
+def runtime_for(spec: JobSpec, hook: bool = False) -> ContainerRuntime:
+    """The runtime object the spec names; ``hook``: its tasks start through the stack hook's
+    prelude (ContainerRuntime.hook)."""
+    return RUNTIMES[spec.runtime.kind](spec, hook=hook)
 
 
 __all__ = ["RUNTIMES", "ContainerRuntime", "node_srun", "runtime_for"]

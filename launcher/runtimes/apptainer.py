@@ -49,7 +49,7 @@ class Apptainer(ContainerRuntime):
     def local_exec(self, image: str, argv: Sequence[str]) -> Optional[List[str]]:
         return ["apptainer", "exec", "--cleanenv", image, *argv]
 
-    def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
+    def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         nv = self.config.nv if self.config.nv is not None else self.spec.job.gpus_per_node > 0
         out: List[Token] = ["apptainer", "exec"]
         if nv:

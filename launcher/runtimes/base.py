@@ -7,6 +7,10 @@ image forms it can run and the characters it cannot bind (both checked when the 
 loaded), its batch lines, its once-per-node set-up step, the srun flags and argv wrapping
 that start a task in it, and what it can run (mpirun, the task script, submitit). Each
 returns argv lists of shell tokens (launcher.shell) and never quotes anything itself.
+
+Every task of a jobscript's launch reaches its container through ``ContainerRuntime.wrap``,
+the one place where the stack hook's prelude (launcher.hangs_script.hook_argv) is put in
+front of the argv that runs inside: one rule for every runtime, bare included.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence, Tuple, Union
 
+from launcher import hangs_script
 from launcher.requeue import MARKER_ENV, SIGNAL_ENV
 from launcher.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
@@ -109,6 +114,10 @@ class ContainerRuntime:
     submitit_problem: ClassVar[str] = ""
 
     spec: JobSpec
+    # The tasks start through the stack hook's prelude: a jobscript's launch (its batch shell
+    # sets the hook up, launcher.hangs_script.setup_lines); never the doctor's checks, which
+    # enter the container without it, nor submitit's tasks, whose job has no hook.
+    hook: bool = False
 
     @property
     def config(self) -> Runtime:
@@ -145,7 +154,15 @@ class ContainerRuntime:
         return []
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
-        """The argv that runs ``argv`` inside this runtime; task_env names must reach it."""
+        """The argv that runs ``argv`` as a task inside this runtime; task_env names must
+        reach it. With ``hook``, ``argv`` runs through the stack hook's prelude, itself run
+        inside (after the runtime has set the image's environment), so that the hook goes
+        first on the PYTHONPATH that ``argv`` would have had, which is kept after it."""
+        return self.enter(hangs_script.hook_argv(argv) if self.hook else argv, task_env)
+
+    def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
+        """The argv that runs ``argv`` inside this runtime's container as it is (what each
+        runtime overrides; the doctor's checks use it directly)."""
         return list(argv)
 
     def local_exec(self, image: str, argv: Sequence[str]) -> Optional[List[str]]:

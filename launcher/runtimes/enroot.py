@@ -76,7 +76,7 @@ class Enroot(ContainerRuntime):
                 Var("enroot_name"), str(self.config.keep_old), Var("enroot_run"),
                 Var(enroot_scripts.JOBS_VAR)]
 
-    def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
+    def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         # Read-only unless runtime.writable (then a per-job copy): no job writes into a
         # container that a later job starts.
         out: List[Token] = ["bash", "-c", Var("enroot_start"), "enroot-start"]

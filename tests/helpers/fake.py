@@ -64,7 +64,7 @@ RECORDED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", 
                 "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "UCX_RC_TIMEOUT",
                 "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_VISIBLE_DEVICES", "TORCHRUN_JSC_CACHE",
                 "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "HF_HOME", "TORCH_HOME", "PIP_CACHE_DIR",
-                "IMAGE_ONLY")
+                "IMAGE_ONLY", "PYTHONPATH", "TORCHRUN_JSC_STACKS")
 
 
 def install(bin_dir: Path, log_dir: Path) -> Dict[str, str]:
@@ -203,15 +203,24 @@ def srun(argv: List[str]) -> int:
     return _run_tasks(cmd, tasks)
 
 
+def image_env() -> Dict[str, str]:
+    """The image's own environment (its ENV, as FAKE_IMAGE_ENV in JSON, e.g. an image that
+    sets PYTHONPATH), which each fake runtime applies as the real one does: apptainer and
+    pyxis over the task's values, enroot under the names it forwards."""
+    return json.loads(os.environ.get("FAKE_IMAGE_ENV", "{}"))
+
+
 def pyxis_env(task: Dict[str, str], opts: Dict[str, str]) -> Dict[str, str]:
     """pyxis imports the started container's environment into the task, overwriting, except
     the names given with --container-env (comma-separated) that the task has: those keep the
     task's value (pyxis: "names of environment variables to override with the host
-    environment"). FAKE_PYXIS_ENV (JSON) is that container environment, e.g. what Enroot's
-    50-slurm-pytorch.sh hook adds for an image with PYTORCH_VERSION."""
+    environment"). That container environment is the image's (FAKE_IMAGE_ENV) and what
+    Enroot's hooks add (FAKE_PYXIS_ENV, JSON), e.g. its 50-slurm-pytorch.sh for an image with
+    PYTORCH_VERSION."""
     keep = set(opts.get("--container-env", "").split(","))
     out = dict(task)
-    for name, value in json.loads(os.environ.get("FAKE_PYXIS_ENV", "{}")).items():
+    container = dict(image_env(), **json.loads(os.environ.get("FAKE_PYXIS_ENV", "{}")))
+    for name, value in container.items():
         if name in keep and (name in task or name in os.environ):
             continue
         out[name] = value
@@ -265,7 +274,8 @@ def apptainer(argv: List[str]) -> int:
     if not Path(image).exists():
         print(f"FATAL: could not open image {image}", file=sys.stderr)
         return 255
-    return subprocess.run(cmd, check=False).returncode
+    # Like Apptainer: the host's environment, where the image's own (ENV, %environment) wins.
+    return subprocess.run(cmd, env=dict(os.environ, **image_env()), check=False).returncode
 
 
 def enroot_data_path() -> str:
@@ -328,10 +338,11 @@ def enroot(argv: List[str]) -> int:
         if not (data / name / "etc").is_dir():
             print(f"[ERROR] No such file or directory: {data / name}", file=sys.stderr)
             return 1
-        # Like Enroot: the container sees only the variables named with --env, and a name
-        # that is not set arrives set to the empty string.
+        # Like Enroot: the container sees the image's environment and the variables named
+        # with --env over it (a name that is not set arrives set to the empty string).
         env = {k: os.environ[k] for k in ("PATH", "FAKE_LOG", "FAKE_ENROOT_DATA",
                                           "FAKE_PROGRAM_RC", "FAKE_PROGRAM") if k in os.environ}
+        env.update(image_env())
         for item in opts.get("--env", "").split("\0"):
             if item:
                 env[item] = os.environ.get(item, "")

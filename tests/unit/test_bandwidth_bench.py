@@ -30,7 +30,8 @@ def test_the_job_is_one_gloo_task_per_node_of_two(floor, tail):
     text = render_jobscript(parse_spec(bb.spec_yaml(floor), "bench_bandwidth.yaml"))
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --ntasks-per-node=1\n" in text
     assert "source .venv/bin/activate\n" in text
-    assert "srun --kill-on-bad-exit=1 " in text and f"    {tail}\n" in text
+    flat = text.replace(" \\\n    ", " ")  # the launch on one line, however it is wrapped
+    assert "srun --kill-on-bad-exit=1 " in text and f" python3 -u {tail}\n" in flat
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
 

@@ -1,6 +1,7 @@
 """Ring 1, issue 21, a job that hangs explains itself: rendezvous timeouts by node count,
 the grouped report, the jobscript lines, `jsc-compose stacks` (a fractional --wait kept, a bad
-one refused in one line, the ranks read before a timeout reported with what is missing)."""
+one refused in one line, the ranks read before a timeout reported with what is missing); the
+hook's prelude in every launch, once, inside the container, never in the doctor's checks."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import json
 import subprocess
 
 import pytest
+import yaml
 
 from launcher import cli, hangs_script, stacks, stacks_step
 from launcher.jobscript import render_jobscript
-from launcher.modes import plan_launch
+from launcher.model import SpecError
+from launcher.modes import MODES, plan_launch
 from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
 from launcher.shell import Var, word
-from launcher.spec import load_spec
+from launcher.spec import load_spec, parse_spec
 from tests.unit.test_render import spec_of
 
 BASE = "job: {nodes: 2}\nsite: jsc\nprogram: [python3, t.py]\n"
@@ -128,14 +131,18 @@ def test_jobscript_lines():
     text = render_jobscript(load_spec("jobs/ddp_container.yaml"))
     assert "#SBATCH --signal=B:URG@60" in text
     for line in ['hangs_dir="$PWD/.hangs/$SLURM_JOB_ID"',
-                 'export TORCHRUN_JSC_STACKS="$hangs_dir" '
-                 'PYTHONPATH="$hangs_dir/hook${PYTHONPATH:+:${PYTHONPATH}}"',
+                 'export TORCHRUN_JSC_STACKS="$hangs_dir"',
+                 "stacks_hook_sh='export PYTHONPATH=\"$TORCHRUN_JSC_STACKS/hook"
+                 "${PYTHONPATH:+:$PYTHONPATH}\"\nexec \"$@\"\n'",
                  'TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-'
                  '${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$hangs_dir/fr/rank-}}"',
                  "trap 'print_stacks SIGURG' URG", "trap 'print_stacks SIGTERM' TERM",
                  'wait "$launch_pid" || launch_rc=$?']:
         assert line in text, line
     assert "srun --overlap \"--jobid=${SLURM_JOB_ID}\" \"--nodes=${nnodes}\"" in text
+    # The batch shell leaves PYTHONPATH alone: each task's prelude edits its own.
+    assert "PYTHONPATH=\"$hangs_dir" not in text and "export PYTHONPATH" not in \
+        text.replace(hangs_script.HOOK_PRELUDE, "")
     # The shipped texts are the files', without docs, and still run.
     compile(hangs_script.hook_text(), "hook", "exec")
     compile(hangs_script.stacks_text(), "stacks", "exec")
@@ -152,15 +159,76 @@ def test_signal_left_to_requeue_and_to_the_user():
 
 def test_doctor_script_has_no_hook():
     text = render_jobscript(load_spec("jobs/ddp_container.yaml"), doctor=True)
-    assert "hangs_dir" not in text
+    assert "hangs_dir" not in text and "stacks_hook_sh" not in text and "jsc-hook" not in text
 
 
-def test_enroot_forwards_the_hook_names():
+def test_preflight_checks_enter_the_container_without_the_hook():
+    spec = spec_of(BASE + "launch: {mode: torchrun, preflight: true}\n"
+                   "runtime: {kind: apptainer, image: i.sif}")
+    text = render_jobscript(spec).replace(" \\\n   ", "")  # one line per command
+    preflight = text[text.index("# Preflight"):text.index("# Launch")]
+    assert ' -- apptainer exec --bind "${PWD}" i.sif | python3 -I -c "${doctor_py}" table ' \
+        in preflight and "jsc-hook" not in preflight
+    assert 'i.sif sh -c "${stacks_hook_sh}" jsc-hook torchrun_jsc ' in \
+        text[text.index("# Launch"):]
+
+
+HOOK = hangs_script.hook_argv([])
+IMAGES = {"apptainer": "i.sif", "enroot": "i.sqsh", "pyxis": "i.sqsh", "bare": None}
+
+
+def hooked_plans():
+    """(mode, runtime, spec) for every pair the spec loader accepts."""
+    for mode in MODES:
+        for kind, image in IMAGES.items():
+            runtime = {"kind": kind, **({"image": image} if image else {})}
+            text = yaml.safe_dump({"job": {"nodes": 2}, "site": "jsc", "runtime": runtime,
+                                   "launch": {"mode": mode, "procs_per_node": 2},
+                                   "program": ["python3", "t.py"]})
+            try:
+                yield mode, kind, parse_spec(text, "x.yaml")
+            except SpecError:  # e.g. pyxis under mpirun: refused, nothing to render
+                continue
+
+
+@pytest.mark.parametrize("mode, kind, spec", list(hooked_plans()),
+                         ids=[f"{m}-{k}" for m, k, _ in hooked_plans()])
+def test_every_task_starts_through_the_hook_once_inside(mode, kind, spec):
+    """Issue 26 item 6: one rule in every mode and runtime. The prelude is in each launch once,
+    right where the runtime hands its argv to the container (ContainerRuntime.enter: after
+    the image, after Enroot's `env --chdir`, first in a pyxis task), and nothing else differs
+    from the plan without it (the preview's)."""
+    rt, plan = plan_launch(spec, hook=True)
+    _, plain = plan_launch(spec)
+    task = list(plan.task)
+    starts = [i for i in range(len(task)) if task[i:i + len(HOOK)] == HOOK]
+    assert len(starts) == 1, task
+    (i,) = starts
+    assert task[:i] + task[i + len(HOOK):] == list(plain.task)
+    assert not any(t == hangs_script.HOOK_SH for t in plan.starter)
+    entry = rt.enter([])
+    assert task[i - len(entry):i] == entry
+    if kind == "pyxis" and plan.task_env:
+        assert i == 0  # the task script runs inside too: the prelude before it
+    assert 'sh -c "${stacks_hook_sh}" jsc-hook' in render_jobscript(spec).replace(" \\\n   ", "")
+
+
+def test_enroot_forwards_the_hook_names_not_pythonpath():
     spec = spec_of(BASE + "launch: {mode: torchrun}\nruntime: {kind: enroot, image: i.sqsh}")
     text = render_jobscript(spec)
     start = text[text.index("enroot_start="):]
-    for name in ("TORCHRUN_JSC_STACKS", "PYTHONPATH", "TORCH_FR_DUMP_TEMP_FILE"):
-        assert name in start[:start.index("\n# ")], name
+    forwarded = start[:start.index("\n# ")]
+    for name in ("TORCHRUN_JSC_STACKS", "TORCHRUN_JSC_STACKS_RANK_VARS",
+                 "TORCH_FR_DUMP_TEMP_FILE"):
+        assert name in forwarded, name
+    # Forwarded, the batch shell's PYTHONPATH would replace the image's own.
+    assert "PYTHONPATH" not in forwarded
+    # ... unless the spec exports one itself: then, as every name it exports, it is forwarded.
+    own = spec_of(BASE + "launch: {mode: torchrun}\nruntime: {kind: enroot, image: i.sqsh}\n"
+                  "env: {prepend: {PYTHONPATH: [/opt/mine]}}")
+    text = render_jobscript(own)
+    start = text[text.index("enroot_start="):]
+    assert "PYTHONPATH" in start[:start.index("\n# ")]
 
 
 def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):
