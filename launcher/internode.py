@@ -22,6 +22,9 @@ _SYSTEM = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 # host_suffix = the first SUFFIX with which NODE's name resolves (glibc's resolver, which
 # torch and the kit's net rule use too); otherwise one line naming every name tried, status 1.
+# Outside the job's nodes (no SLURMD_NODENAME: salloc's shell on a login node, where the
+# doctor runs inside an allocation) the names may resolve only on the nodes: there the first
+# SUFFIX is taken, and one line says that it could not be checked.
 PICK_FUNCTION = """\
 pick_host_suffix() {  # NODE SUFFIX...
     local suffix tried=""
@@ -29,6 +32,12 @@ pick_host_suffix() {  # NODE SUFFIX...
         if getent hosts "$1$suffix" >/dev/null; then host_suffix=$suffix; return 0; fi
         tried+="${tried:+, }$1$suffix"
     done
+    if [ -z "${SLURMD_NODENAME:-}" ]; then
+        host_suffix=$2
+        echo "jsc-compose: $1$2 does not resolve on $(hostname), outside the job's nodes" \\
+            "(tried $tried): using it as the inter-node name" >&2
+        return 0
+    fi
     echo "jsc-compose: no inter-node name of $1 resolves (SYSTEMNAME ${SYSTEMNAME:-unset};" \\
         "tried $tried): set site.hostname_suffix in the spec" >&2
     return 1

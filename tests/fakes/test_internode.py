@@ -32,14 +32,17 @@ BOTH = f"{JWB}i {JWB}{IC} {JPBO}i {JPBO}{IC}"  # every candidate of both nodes r
 
 
 def _rendezvous(tmp_path: Path, nodelist: str, system: Optional[str], hosts: str,
-                site: str = "jsc") -> subprocess.CompletedProcess:
+                site: str = "jsc", on_node: bool = True) -> subprocess.CompletedProcess:
     """The jobscript's rendezvous lines (batch scope), then $rdzv_host on stdout."""
     spec = parse_spec(f"job: {{nodes: 2}}\nsite: {site}\nlaunch: {{rdzv_port: 29400}}\n"
                       "program: [p]\n", "t.yaml")
     script = "\n".join(render_statement(s) for s in rendezvous_lines(spec))
     env = dict(os.environ, **fake.install(tmp_path / "bin", tmp_path / "log"),
-               SLURM_JOB_NODELIST=nodelist, FAKE_HOSTS=hosts)
+               SLURM_JOB_NODELIST=nodelist, FAKE_HOSTS=hosts,
+               SLURMD_NODENAME=nodelist.split("[")[0])  # a batch script runs on a node
     env.pop("SYSTEMNAME", None)
+    if not on_node:
+        env.pop("SLURMD_NODENAME")
     if system is not None:
         env["SYSTEMNAME"] = system
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script + '\necho "$rdzv_host"'],
@@ -126,7 +129,7 @@ def test_a_jupiter_job_rendezvouses_on_the_interconnect_name(cluster):
 
 def test_an_unresolvable_name_launches_nothing(cluster):
     done = cluster.run(cluster.render(TORCHRUN), SLURM_JOB_NODELIST="jpbo-001-[01-02]",
-                       FAKE_HOSTS="")
+                       FAKE_HOSTS="", SLURMD_NODENAME=JPBO)  # the batch script's node
     assert done.returncode == 1
     assert done.stderr == f"jsc-compose: no inter-node name of {JPBO} resolves (SYSTEMNAME " \
         f"unset; tried {JPBO}i, {JPBO}{IC}): set site.hostname_suffix in the spec\n"
@@ -166,3 +169,19 @@ def test_deepspeed_hostfile_names_every_node_by_its_interconnect_name(cluster):
     (launch,) = [r for r in cluster.records("srun") if "deepspeed-node" in r["argv"]]
     hosts = launch["argv"][launch["argv"].index("deepspeed-node") + 1]
     assert hosts == f"{JPBO}{IC} slots=2\njpbo-001-02{IC} slots=2\n"
+
+
+@pytest.mark.parametrize("system, suffix", [(None, "i"), ("jupiter", IC)])
+def test_outside_the_jobs_nodes_the_first_candidate_is_taken_and_said(tmp_path, system,
+                                                                      suffix):
+    """salloc's shell on a login node (no SLURMD_NODENAME; the doctor inside an allocation):
+    the nodes' names may resolve only on the nodes, so the first candidate is used, in one
+    line; on a node the same lookup stops the job (above)."""
+    done = _rendezvous(tmp_path, "jwb[0001-0002]", system, "", on_node=False)
+    assert (done.returncode, done.stdout) == (0, f"{JWB}{suffix}\n"), done.stderr
+    assert done.stderr.startswith(f"jsc-compose: {JWB}{suffix} does not resolve on "), done.stderr
+    assert done.stderr.rstrip().endswith("outside the job's nodes (tried "
+                                         f"{JWB}{suffix}" + (f", {JWB}{IC}" if system is None
+                                                             else "") +
+                                         "): using it as the inter-node name"), done.stderr
+    assert done.stderr.count("\n") == 1
