@@ -121,15 +121,9 @@ def test_version_only_first_counts_before_torch_is_imported():
 
 def _torch_19_run():
     """torch 1.9's shape: ``parse_args`` adds the legacy ``--use_env`` that ``run`` reads."""
-    import argparse
     import types
 
-    def get_args_parser():
-        p = argparse.ArgumentParser(prog="torchrun")
-        p.add_argument("--nnodes", default="1:1")
-        p.add_argument("training_script")
-        p.add_argument("training_script_args", nargs=argparse.REMAINDER)
-        return p
+    get_args_parser = _stub_torch_run().get_args_parser
 
     def parse_args(args):
         parser = mod.get_args_parser()
