@@ -24,7 +24,7 @@ test-fast:
 TORCH_OLDEST ?= 1.9.0
 test: setup
 	bash scripts/torch-compat.sh $(TORCH_OLDEST)
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra --durations=30 tests
 
 # docs/development/tests.md from the test files' docstrings (a ring 1 test fails while stale).
 test-index:
