@@ -446,7 +446,7 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
                                timeout=COLLECT_S).stdout.splitlines()
     except subprocess.TimeoutExpired as exc:  # the nodes that answered still count
         print("watch: %s" % exc, file=sys.stderr)
-        lines = _text(exc.output).splitlines()
+        lines = child_output(exc.output).splitlines()
     except (OSError, subprocess.SubprocessError) as exc:
         print("watch: %s" % exc, file=sys.stderr)
         lines = []
@@ -462,8 +462,9 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
     return 0
 
 
-def _text(output):
-    """What a timed-out child wrote (str, bytes or None, by Python version)."""
+def child_output(output):
+    """What a timed-out child wrote, as text: TimeoutExpired carries bytes even under
+    universal_newlines (the subprocess docs say so), or None."""
     if isinstance(output, bytes):
         return output.decode("utf-8", "replace")
     return output or ""

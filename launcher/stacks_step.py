@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from launcher.hangs_script import seconds_text, stacks_srun, stacks_text
+from launcher.stacks import child_output
 from launcher.shell import Var, resolve
 from launcher.submit import SubmitError
 
@@ -50,17 +51,12 @@ def run_stacks_step(job: str, wait_s: float) -> StacksStep:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired as exc:  # srun is killed; its output so far is in exc
-        sys.stderr.write(_decoded(exc.stderr))
-        return StacksStep(_decoded(exc.stdout), int(nodes), limit)
+        sys.stderr.write(child_output(exc.stderr))
+        return StacksStep(child_output(exc.stdout), int(nodes), limit)
     except (OSError, subprocess.SubprocessError) as exc:
         raise SubmitError(f"stacks: srun failed: {exc}") from None
     sys.stderr.write(done.stderr)
     return StacksStep(done.stdout, int(nodes), None)
-
-
-def _decoded(data: Union[bytes, str, None]) -> str:
-    # TimeoutExpired carries bytes even under text=True (the subprocess docs say so).
-    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data or ""
 
 
 def timed_out_line(limit_s: float, nodes: int, records: Sequence[Mapping[str, Any]]) -> str:

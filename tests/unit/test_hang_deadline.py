@@ -235,6 +235,12 @@ def test_verdict_without_a_rank_behind():
         "no progress for 300 s: rank 3 on ?: no stack (process state ?), 1 collective behind")
 
 
+def write_mark(folder, rank, world, t):
+    """A running rank's mark as the hook writes it: WORLD collectives (all groups the same)."""
+    (folder / f"rank-{rank}").write_text(
+        f"world={world} all={world} calls=0 t={t:.3f} state=run".ljust(95) + "\n")
+
+
 class Clock:
     """Time that passes only when the watcher sleeps."""
 
@@ -257,19 +263,15 @@ def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatc
     monkeypatch.setattr(stacks.subprocess, "call", lambda argv: calls.append(argv) or 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [f"{job}.0", f"{job}.1"])
 
-    def write(rank, world, t):
-        (folder / f"rank-{rank}").write_text(
-            f"world={world} all={world} calls=0 t={t:.3f} state=run".ljust(95) + "\n")
-
     for rank in range(4):
-        write(rank, 1, clock.now + 1)
+        write_mark(folder, rank, 1, clock.now + 1)
     real_sleep = clock.sleep
 
     def sleep(s):  # ranks 0-2 enter the next collective after the watcher's 3rd look
         real_sleep(s)
         if len(clock.sleeps) == 3:
             for rank in range(3):
-                write(rank, 2, clock.now)
+                write_mark(folder, rank, 2, clock.now)
 
     lines = "\n".join(json.dumps(r) for r in stuck_records())
     collector = [sys.executable, "-c", f"print({lines!r})"]
@@ -300,12 +302,10 @@ def test_watch_notes_once_when_no_rank_reports(tmp_path, monkeypatch, capsys):
     def sleep(s):
         clock.sleep(s)
         if len(clock.sleeps) == 8:  # a rank at last (an image that took long to start)
-            (tmp_path / "progress" / "rank-0").write_text(
-                f"world=0 all=0 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
+            write_mark(tmp_path / "progress", 0, 0, clock.now)
         if len(clock.sleeps) == 12:  # its first collective: the clock starts
             first.append(clock.now)
-            (tmp_path / "progress" / "rank-0").write_text(
-                f"world=1 all=1 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
+            write_mark(tmp_path / "progress", 0, 1, clock.now)
     monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     stacks.watch("78", str(tmp_path), 10, 2, 7, [sys.executable, "-c", ""], clock=clock.time,
@@ -324,15 +324,13 @@ def test_watch_names_the_ranks_still_starting_once(tmp_path, monkeypatch, capsys
     (tmp_path / "progress").mkdir()
     clock = Clock(7000.0)
     for rank, world in ((0, 2), (1, 0), (2, 2), (3, 0)):
-        (tmp_path / "progress" / f"rank-{rank}").write_text(
-            f"world={world} all={world} calls=0 t={clock.now + 1:.3f} state=run".ljust(95) + "\n")
+        write_mark(tmp_path / "progress", rank, world, clock.now + 1)
 
     def sleep(s):
         clock.sleep(s)
         if len(clock.sleeps) == 20:
             for rank in (1, 3):
-                (tmp_path / "progress" / f"rank-{rank}").write_text(
-                    f"world=1 all=1 calls=0 t={clock.now:.3f} state=run".ljust(95) + "\n")
+                write_mark(tmp_path / "progress", rank, 1, clock.now)
     monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     stacks.watch("79", str(tmp_path), 10, 2, 1, [sys.executable, "-c", ""], clock=clock.time,
@@ -350,8 +348,7 @@ def test_watch_keeps_the_stacks_read_before_the_collection_timed_out(tmp_path, m
     folder = tmp_path / "progress"
     folder.mkdir()
     for rank, world in ((0, 2), (1, 2), (2, 2), (3, 1)):
-        (folder / f"rank-{rank}").write_text(
-            f"world={world} all={world} calls=0 t=1001.000 state=run".ljust(95) + "\n")
+        write_mark(folder, rank, world, 1001.0)
     monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     monkeypatch.setattr(stacks, "COLLECT_S", 2)
