@@ -1,12 +1,12 @@
-"""torchrun-jsc-kit: a patched torchrun (launcher.torchrun_jsc) and a Slurm jobscript composer.
+"""torchrun-jsc-kit: a patched torchrun (launcher.task.torchrun_jsc) and a Slurm jobscript composer.
 
-No import-time side effects; only launcher.torchrun_jsc imports torch, and lazily.
+No import-time side effects; only launcher.task.torchrun_jsc imports torch, and lazily.
 """
 
 import sys
 
 __version__ = "0.1.0"
-HOOK_MODULE = "jsc_stacks_hook"  # as launcher.stacks_hook.MODULE (the hook is shipped alone)
+HOOK_MODULE = "jsc_stacks_hook"  # as launcher.task.hook.sitecustomize.MODULE (the hook is shipped alone)
 
 
 def progress() -> None:

@@ -14,11 +14,11 @@ import json
 import math
 import os
 import sys
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Mapping, Optional, Sequence
 
-from launcher import __version__
-from launcher.doctor.report import failures, render_json, render_table
+from launcher import __version__, kit
+from launcher.node.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
@@ -58,6 +58,10 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     debug = argparse.ArgumentParser(add_help=False)
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks")
+    debug.add_argument("--kit", metavar="DIR", default=argparse.SUPPRESS, help=(
+        "the kit's package directory (launcher/) the jobs run its node-side code from, on "
+        "storage every node sees (default: this kit's; relative where it lies under the "
+        "current directory)"))
     parser.add_argument("--version", action="version", version=f"launcher {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser("render", parents=[debug], help="print or write the jobscript")
@@ -178,11 +182,26 @@ def _check_image(spec: JobSpec) -> str:
     return found
 
 
-def _doctor(spec: JobSpec, args: argparse.Namespace) -> int:
+def _kit_dir(args: argparse.Namespace) -> str:
+    """The kit path the jobscript names (launcher.kit.for_render); one line on stderr where
+    the compute nodes cannot see it (launcher.kit.local_problem)."""
+    given = getattr(args, "kit", None)
+    path = Path(given).resolve() if given else kit.installed()
+    if not (path / "node" / "job.sh").is_file():
+        raise SpecError("--kit", "DIR", "not the kit's package directory (no node/job.sh in "
+                        "it): name the launcher/ directory of a torchrun-jsc-kit install", given)
+    problem = kit.local_problem(path, kit.mountinfo())
+    if problem and args.command in ("check", "submit", "render", "doctor"):
+        print(f"warning: {problem}", file=sys.stderr)
+    return kit.for_render(Path.cwd(), path)
+
+
+def _doctor(spec: JobSpec, args: argparse.Namespace, kit_dir: str) -> int:
     """Run the checks on the allocation (or a short job), print the table; 0 = all passed."""
     fake = args.fake_gpus or bool(spec.launch.preflight and spec.launch.preflight.fake_gpus)
     launch = dataclasses.replace(spec.launch, preflight=Preflight(fake_gpus=fake))
-    script = render_jobscript(dataclasses.replace(spec, launch=launch), doctor=True)
+    script = render_jobscript(dataclasses.replace(spec, launch=launch), doctor=True,
+                              kit_dir=kit_dir)
     if os.environ.get("SLURM_JOB_ID"):
         if args.sbatch_args or args.nodelist:
             raise SpecError(args.spec, "--", "inside an allocation (SLURM_JOB_ID is set) the "
@@ -200,7 +219,7 @@ def _doctor(spec: JobSpec, args: argparse.Namespace) -> int:
 def _stacks(args: argparse.Namespace) -> int:
     """`stacks JOBID`: collect on every node of the job (or here), print grouped. Exit 1 when
     no rank answered, or when the collection timed out (the ranks it got are printed)."""
-    from launcher import stacks
+    from launcher.node import stacks
 
     job = args.jobid or os.environ.get("SLURM_JOB_ID")
     if not job or not job.isdigit():
@@ -252,10 +271,11 @@ def _run(args: argparse.Namespace) -> int:
     target = getattr(args, "output", None)
     if target and os.path.realpath(target) == os.path.realpath(args.spec):
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
+    kit_dir = _kit_dir(args)
     if args.command == "check":
         # Every check ran in load_spec (the modes' and runtimes' too); rendering only counts
         # the script's lines for the summary.
-        text = render_jobscript(spec)
+        text = render_jobscript(spec, kit_dir=kit_dir)
         notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         _warn(submit_warnings(spec, os.environ, os.getcwd()))
         found = f", image label {_check_image(spec)}" if args.image else ""
@@ -263,7 +283,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
               f"{len(text.splitlines())} lines{found}{notes})")
     elif args.command == "render":
-        text = render_jobscript(spec)
+        text = render_jobscript(spec, kit_dir=kit_dir)
         if args.output:
             check_log_dirs(spec)  # a script to submit: its log directory must exist
             write_script(text, args.output)
@@ -272,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "venv":
         _build_venv(spec, args)
     elif args.command == "doctor":
-        return _doctor(spec, args)
+        return _doctor(spec, args, kit_dir)
     elif args.command == "preview":
         try:
             # Besides the cwd, the one default preview takes from this machine: on a JSC
@@ -283,7 +303,7 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SpecError(args.spec, "--nodelist", str(exc)) from None
     else:
-        text = render_jobscript(spec)
+        text = render_jobscript(spec, kit_dir=kit_dir)
         if not _sets_logs(args.sbatch_args):
             check_log_dirs(spec)
         script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))

@@ -1,7 +1,7 @@
 """Hangs in the jobscript: the stack hook on every rank, flight recorder, the last word.
 
 Where it sits: spec -> modes (plans) -> **hangs_script** (lines for jobscript) -> text. Pure:
-the shipped texts are the kit's own files (launcher/stacks_hook.py, launcher/stacks.py),
+the shipped texts are the kit's own files (launcher/task/hook/sitecustomize.py, launcher/node/stacks.py),
 read, never generated. docs/guide/hangs.md for users.
 
 - The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
@@ -19,7 +19,7 @@ read, never generated. docs/guide/hangs.md for users.
   (scancel; at the time limit KillWait seconds before SIGKILL) and the signal asked for with
   ``--signal=B:URG@60``; the trap runs the same step and prints the groups into the job log.
 - launch.hang_timeout (optional): the hook marks each rank's progress in ``progress/``; a
-  watcher (launcher.stacks ``watch``) runs beside the launch in the batch shell and, once no
+  watcher (launcher.node.stacks ``watch``) runs beside the launch in the batch shell and, once no
   rank made progress for that long, prints the stacks, ends the job's steps and leaves one
   line in ``no-progress``, which the script prints last before it exits 124.
 """
@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import ast
 import math
+import posixpath
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from launcher import stacks
+from launcher.node import stacks
 from launcher.model import JobSpec
-from launcher.requeue_script import WAIT_FOR_LAUNCH
 
-from launcher.shell import Assign, Raw, Statement, Token, Var, join, quote, word
+from launcher import kit
+from launcher.shell import Raw, Statement, Token, join, word
 
 HERE = Path(__file__).resolve().parent
 HANGS_DIR = ".hangs"  # under the submit directory, one directory per job id
@@ -53,13 +54,13 @@ FLIGHT_RECORDER = (("TORCH_FR_BUFFER_SIZE", "2000"), ("TORCH_NCCL_TRACE_BUFFER_S
 
 
 def hook_constant(name: str):
-    """A literal constant of launcher/stacks_hook.py, read from its source (importing the hook
+    """A literal constant of launcher/task/hook/sitecustomize.py, read from its source (importing the hook
     would run it: it arms the process it is imported into)."""
-    for node in ast.parse((HERE / "stacks_hook.py").read_text(encoding="utf-8")).body:
+    for node in ast.parse((HERE / "task" / "hook" / "sitecustomize.py").read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 \
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name:
             return ast.literal_eval(node.value)
-    raise LookupError(f"launcher/stacks_hook.py has no constant {name}")
+    raise LookupError(f"launcher/task/hook/sitecustomize.py has no constant {name}")
 
 
 def fr_exports() -> str:
@@ -81,48 +82,18 @@ RANK_VARS_ENV = hook_constant("RANK_VARS_ENV")
 # What must reach the ranks inside a container that forwards by name only (Enroot). Not
 # PYTHONPATH: forwarded, it would replace the image's own; the prelude below edits it inside.
 NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV) + tuple(n for n, _ in FLIGHT_RECORDER)
-# The prelude every task of the launch starts through: ``sh -c "$stacks_hook_sh" jsc-hook
-# ARGV...`` (:func:`hook_argv`), run by the container's sh after the runtime has set the
-# image's environment, so PYTHONPATH there is the image's, else what the runtime passed on
-# (Apptainer, pyxis: the task's; Enroot: only a PYTHONPATH the spec exports). POSIX sh only;
-# ARGV is exec'd as given (no shell stays between, so signals reach the task as before).
-HOOK_SH = Var("stacks_hook_sh")
-HOOK_PRELUDE = f"""\
-export PYTHONPATH="${DIR_ENV}/hook${{PYTHONPATH:+:$PYTHONPATH}}"
-exec "$@"
-"""
-# The kit's helpers (collector, report, watcher): isolated (-I), so that neither the job's
-# PYTHONPATH (the hook itself: under an MPI rank variable it could arm them) nor a user's
-# module beside the submit directory is imported.
-ISOLATED = ("python3", "-I", "-c")
+# The prelude every task of the launch starts through: ``sh "$kit/task/hook.sh" ARGV...``
+# (:func:`hook_argv`, launcher/task/hook.sh), run by the container's sh after the runtime has
+# set the image's environment, so PYTHONPATH there is the image's, else what the runtime
+# passed on (Apptainer, pyxis: the task's; Enroot: only a PYTHONPATH the spec exports); it
+# puts the kit's hook directory first. ARGV is exec'd as given (no shell stays between, so
+# signals reach the task as before).
+HOOK_SCRIPT = "task/hook.sh"
 
 
 def hook_argv(argv: Sequence[Token]) -> List[Token]:
-    """``argv`` started through the stack hook's prelude (HOOK_PRELUDE)."""
-    return ["sh", "-c", HOOK_SH, "jsc-hook", *argv]
-
-
-def compact(source: str) -> str:
-    """The source without its docstrings, comment lines and blank lines: what runs, for the
-    jobscript (the files themselves stay documented). Deterministic."""
-    drop = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str) and len(node.body) > 1:
-                drop.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
-    lines = [line for n, line in enumerate(source.splitlines(), 1)
-             if n not in drop and line.strip() and not line.lstrip().startswith("#")]
-    return "\n".join(lines) + "\n"
-
-
-def hook_text() -> str:
-    return compact((HERE / "stacks_hook.py").read_text(encoding="utf-8"))
-
-
-def stacks_text() -> str:
-    return compact((HERE / "stacks.py").read_text(encoding="utf-8"))
+    """``argv`` started through the stack hook's prelude (launcher/task/hook.sh)."""
+    return ["sh", kit.file(HOOK_SCRIPT), *argv]
 
 
 def seconds_text(seconds: float) -> str:
@@ -133,14 +104,17 @@ def seconds_text(seconds: float) -> str:
     return str(int(seconds)) if seconds == int(seconds) else repr(float(seconds))
 
 
-def stacks_srun(job: Token, nodes: Token, script: Token,
+def stacks_srun(job: Token, nodes: Token, kit_dir: str,
                 wait_s: float = NODE_WAIT_S) -> List[Token]:
     """One task per node of job ``job`` beside its running steps (--overlap), outside any
     container: each signals its node's ranks, waits up to ``wait_s`` for their dumps and
-    prints them as JSON lines."""
+    prints them as JSON lines. The jobscript's own is launcher/node/job.sh
+    ``jsc_stacks_srun``; this one is `jsc-compose stacks`' (``kit_dir``: the kit's package
+    directory, which the nodes see)."""
     return ["srun", "--overlap", word("--jobid=", job), word("--nodes=", nodes),
             word("--ntasks=", nodes), "--ntasks-per-node=1", "--cpus-per-task=1",
-            "--kill-on-bad-exit=0", *ISOLATED, script, "node", job, seconds_text(wait_s)]
+            "--kill-on-bad-exit=0", "python3", "-I", posixpath.join(kit_dir, "node", "run.py"),
+            "stacks", "node", job, seconds_text(wait_s)]
 
 
 def sbatch_options(spec: JobSpec) -> List[Tuple[str, Optional[str]]]:
@@ -159,63 +133,21 @@ def progress_period(timeout: int) -> int:
 
 def setup_lines(spec: Optional[JobSpec] = None,
                 rank_vars: Tuple[str, ...] = ("RANK",)) -> List[Statement]:
-    """Batch scope, before any step: the directory, the hook, the variables, the trap.
-    ``rank_vars``: the mode's (launcher.modes: LaunchMode.rank_vars)."""
-    fr = fr_exports()
-    report: List[Token] = [*ISOLATED, Var("stacks_py"), "report", Var("SLURM_JOB_ID")]
-    step = join(stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))) + " \\\n    | " + \
-        join(report)
-    return [
-        Raw("# Hangs (docs/guide/hangs.md): every rank arms a stack dump at start-up (Python's\n"
-            "# faulthandler on SIGURG, nothing runs until then); `jsc-compose stacks JOBID` and\n"
-            "# this script before the job is killed print them grouped; flight recorder too."),
-        Raw(f'hangs_dir="$PWD/{HANGS_DIR}/$SLURM_JOB_ID"'),
-        Raw('mkdir -p -- "$hangs_dir/hook" "$hangs_dir/stacks" "$hangs_dir/fr"'),
-        Raw("# shellcheck disable=SC2016  # python"),
-        Assign("stacks_hook_py", hook_text()),
-        Raw('printf \'%s\' "$stacks_hook_py" >"$hangs_dir/hook/sitecustomize.py"'),
-        Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
-        Assign("stacks_py", stacks_text()),
-        Raw(f'export {DIR_ENV}="$hangs_dir"'),
-        Raw("# Every task of the launch starts through this (sh -c, where the task runs: in\n"
-            "# its container): the hook first on the PYTHONPATH found there, which stays after\n"
-            "# it (an image's own PYTHONPATH included)."),
-        Raw("# shellcheck disable=SC2016  # expanded by sh in each task"),
-        Assign(HOOK_SH.name, HOOK_PRELUDE),
-        Raw("# Only processes with one of these run the program as a rank (never a per-node\n"
-            "# launcher, which may carry PMIX_RANK/PMI_RANK/OMPI_COMM_WORLD_RANK too)."),
-        Raw(f"export {RANK_VARS_ENV}={quote(' '.join(rank_vars))}"),
-        Raw(f"export {fr}"),
-        Raw(f"""\
-# The stacks, once, into this log: at SIGURG ({WARN_BEFORE_S} s before the time limit, or
-# `scancel --batch --signal=URG JOBID`) and at SIGTERM (scancel, the time limit: Slurm
-# signals the ranks at the same time, so this one is a race). The launch runs in the
-# background and is waited for: bash runs a trap only between commands.
-stacks_done=0
-print_stacks() {{
-    if [ "$stacks_done" = 1 ]; then return; fi
-    stacks_done=1
-    echo "job ${{SLURM_JOB_ID}}: $1 at $(date +%s.%N): every rank's stack (jsc-compose stacks)"
-    {step} || true
-}}
-trap 'print_stacks SIGURG' URG
-trap 'print_stacks SIGTERM' TERM"""),
-    ] + (_deadline_lines(spec) if spec is not None else [])
-
-
-def _deadline_lines(spec: JobSpec) -> List[Statement]:
-    timeout = spec.launch.hang_timeout
-    if timeout is None:
-        return []
-    period = progress_period(timeout)
-    return [Raw(f"""\
-# Progress deadline (launch.hang_timeout: {timeout} s): every {period} s each rank's hook notes
-# the collectives it has issued (and launcher.progress() calls) in $hangs_dir/progress; the
-# watcher started beside the launch ends the job once no rank made progress for {timeout} s,
-# after printing every rank's stack.
-mkdir -p -- "$hangs_dir/progress"
-printf '%s\\n' {period} >"$hangs_dir/progress/period"
-rm -f -- "$hangs_dir/{stacks.VERDICT}\"""")]
+    """Batch scope, before any step: launcher/node/job.sh ``jsc_hangs_setup`` (the directory,
+    the variables, the flight recorder, the traps) for the mode's ``rank_vars``
+    (launcher.modes: LaunchMode.rank_vars); with launch.hang_timeout the progress marks."""
+    out: List[Statement] = [
+        Raw("# Hangs (docs/guide/hangs.md): stacks on demand (jsc-compose stacks JOBID) and "
+            "before the job is\n# killed, the flight recorder; the ranks armed: those "
+            "with one of these variables."),
+        Raw(join(["jsc_hangs_setup", *rank_vars]))]
+    timeout = None if spec is None else spec.launch.hang_timeout
+    if timeout is not None:
+        out += [Raw(f"# Progress deadline (launch.hang_timeout: {timeout} s): each rank's hook "
+                    f"notes its progress every\n# {progress_period(timeout)} s; the watcher "
+                    "(below) ends the job once none made any for that long."),
+                Raw(f"jsc_deadline_setup {progress_period(timeout)}")]
+    return out
 
 
 def watch_lines(spec: JobSpec) -> List[str]:
@@ -223,52 +155,24 @@ def watch_lines(spec: JobSpec) -> List[str]:
     timeout = spec.launch.hang_timeout
     if timeout is None:
         return []
-    collector = stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), Var("stacks_py"))
-    argv: List[Token] = [*ISOLATED, Var("stacks_py"), "watch", Var("SLURM_JOB_ID"),
-                         Var("hangs_dir"), str(timeout), str(progress_period(timeout)),
-                         str(KILL_AFTER_S), "--",
-                         *collector]
-    return ["# Beside it, the progress watcher (launch.hang_timeout; killed when the launch ends).",
-            join(argv) + " &", "hang_watch_pid=$!"]
-
-
-# After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
-# they are and the command that says which rank never joined which collective. torch's
-# analyser needs torch, which is in the image, not on the batch node: so the command, not its
-# output (docs/guide/hangs.md; scripts/gpu-check.py ran it on NCCL's dumps).
-FR_NOTICE = """
-fr_dumps=("$hangs_dir"/fr/*)
-if [ "$launch_rc" -ne 0 ] && [ -e "${fr_dumps[0]}" ]; then
-    echo "job ${SLURM_JOB_ID}: flight recorder: ${#fr_dumps[@]} rank dumps in" \\
-        "$hangs_dir/fr; which rank missed which collective: python3 -m" \\
-        "torch.distributed.flight_recorder.fr_trace $hangs_dir/fr -p rank- (in the image)" >&2
-fi"""
+    return [f"jsc_watch {timeout} {progress_period(timeout)} {KILL_AFTER_S}"]
 
 
 def after_launch(spec: JobSpec) -> str:
-    """After the launch was waited for: the flight recorder's dumps named (FR_NOTICE); with
-    launch.hang_timeout, stop the watcher and, if it ended the job, its line last and exit
-    124."""
-    if spec.launch.hang_timeout is None:
-        return FR_NOTICE
-    verdict = f'"$hangs_dir/{stacks.VERDICT}"'
-    return FR_NOTICE + f"""
-kill "$hang_watch_pid" 2>/dev/null || true
-if [ -s {verdict} ]; then
-    cat -- {verdict} >&2
-    exit {EXIT_NO_PROGRESS}
-fi"""
-
+    """After the launch was waited for: launcher/node/job.sh ``jsc_after_launch`` (the flight
+    recorder's dumps named; with launch.hang_timeout the watcher stopped and, if it ended the
+    job, its line last and exit 124)."""
+    return "jsc_after_launch"
 
 
 def launch_lines(launch: str, after_wait: str = "") -> List[str]:
-    """The launch in the background and waited for, so that the traps above run while it
-    runs; its exit status is the job's, as in the foreground. ``after_wait``: lines right
-    after the wait (:func:`after_launch`)."""
-    return [launch + " &", WAIT_FOR_LAUNCH + after_wait + """
-if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi"""]
+    """The launch in the background and waited for (jsc_wait_launch), so that the traps
+    above run while it runs; its exit status is the job's, as in the foreground.
+    ``after_wait``: a line right after the wait (:func:`after_launch`)."""
+    return [launch + " &", "jsc_wait_launch", *([after_wait] if after_wait else []),
+            'exit "$launch_rc"']
 
 
-__all__ = ["EXIT_NO_PROGRESS", "HOOK_PRELUDE", "NAMES", "after_launch", "hook_argv",
-           "hook_text", "launch_lines", "progress_period", "sbatch_options", "seconds_text",
-           "setup_lines", "stacks_srun", "stacks_text", "watch_lines"]
+__all__ = ["EXIT_NO_PROGRESS", "HOOK_SCRIPT", "NAMES", "after_launch", "hook_argv",
+           "launch_lines", "progress_period", "sbatch_options", "seconds_text",
+           "setup_lines", "stacks_srun", "watch_lines"]

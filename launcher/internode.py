@@ -25,23 +25,6 @@ _SYSTEM = re.compile(r"[A-Za-z0-9_.-]+\Z")
 # Outside the job's nodes (no SLURMD_NODENAME: salloc's shell on a login node, where the
 # doctor runs inside an allocation) the names may resolve only on the nodes: there the first
 # SUFFIX is taken, and one line says that it could not be checked.
-PICK_FUNCTION = """\
-pick_host_suffix() {  # NODE SUFFIX...
-    local suffix tried=""
-    for suffix in "${@:2}"; do
-        if getent hosts "$1$suffix" >/dev/null; then host_suffix=$suffix; return 0; fi
-        tried+="${tried:+, }$1$suffix"
-    done
-    if [ -z "${SLURMD_NODENAME:-}" ]; then
-        host_suffix=$2
-        echo "jsc-compose: $1$2 does not resolve on $(hostname), outside the job's nodes" \\
-            "(tried $tried): using it as the inter-node name" >&2
-        return 0
-    fi
-    echo "jsc-compose: no inter-node name of $1 resolves (SYSTEMNAME ${SYSTEMNAME:-unset};" \\
-        "tried $tried): set site.hostname_suffix in the spec" >&2
-    return 1
-}"""
 
 
 def suffix_token(site: Site) -> Token:
@@ -74,8 +57,8 @@ def suffix_lines(site: Site) -> List[Statement]:
         [f"    *) {other} ;;", "esac"]
     return [Raw(f"# Site profile {site.profile}: the suffix listed for $SYSTEMNAME, else the "
                 "first candidate that resolves."),
-            Raw(PICK_FUNCTION), Raw("\n".join(case)),
-            Raw('pick_host_suffix "$first_node" "${host_suffixes[@]}" || exit 1')]
+            Raw("\n".join(case)),
+            Raw('jsc_pick_host_suffix "$first_node" "${host_suffixes[@]}" || exit 1')]
 
 
 def preview_endpoint(site: Site, first: str, port: int, job_id: int,

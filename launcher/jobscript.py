@@ -15,8 +15,7 @@ from typing import List, Optional, Tuple, Union
 from launcher import __version__
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.modes import Plan, mode_for, plan_launch
-from launcher.modes.base import TASK_ENV_NAME
-from launcher import hangs_script, requeue_script
+from launcher import hangs_script, kit, requeue_script
 from launcher.doctor.ship import doctor_lines
 from launcher.internode import suffix_lines, suffix_token
 from launcher.runtimes import ContainerRuntime
@@ -150,10 +149,7 @@ def rendezvous_lines(spec: JobSpec) -> List[Statement]:
     port = spec.launch.rdzv_port
     return [
         Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
-        Raw('hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"'),
-        Raw("first_node=\"${hostnames%%$'\\n'*}\""),
-        Raw('if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; '
-            'exit 1; fi'),
+        Raw("jsc_first_node"),
         *suffix_lines(spec.site),
         Assign("rdzv_host", word(Var("first_node"), suffix_token(spec.site))),
     ] + [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
@@ -181,19 +177,11 @@ def _geometry_lines(spec: JobSpec, plan: Plan, runtime: ContainerRuntime,
     out += rendezvous_lines(spec)
     if plan.master_env:
         out.append(MASTER_ENV)
-    for name, script in plan.scripts:
-        if name == TASK_ENV_NAME:
-            out.append(Raw("# Run by each task (bash -c), so per-task variables expand there, "
-                           "not here."))
-        out += [Raw("# shellcheck disable=SC2016"), Assign(name, script)]
     return out + list(plan.batch)
 
 
 def _log_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    summary = 'echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}, rendezvous ' \
-        '${rdzv_host}:${rdzv_port}"'
-    out: List[Statement] = [Raw('plural=s; if [ "$nnodes" -eq 1 ]; then plural=""; fi'),
-                            Raw(summary)]
+    out: List[Statement] = [Raw("jsc_job_line")]
     if plan.node_logs and spec.job.node_output is not None:
         folder = posixpath.dirname(spec.job.node_output)
         if folder:
@@ -217,17 +205,20 @@ def _node_logs_line(pattern: str) -> List[Statement]:
                       word("(N = node index 0..", Var("last_node"), ")")]))]
 
 
-def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = False) -> str:
+def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = False,
+                     kit_dir: str = kit.DEFAULT) -> str:
     """The batch script for ``spec``, byte for byte what `render` prints and `submit` sends.
 
     ``doctor``: the script `python -m launcher doctor` runs: the same, but it ends after the
-    doctor's step (launcher.doctor.ship) instead of launching."""
+    doctor's step (launcher.doctor.ship) instead of launching. ``kit_dir``: the kit's package
+    directory the nodes run its code from (launcher.kit.for_render), relative to the submit
+    directory or absolute."""
     runtime, plan = plan_launch(spec, hook=not doctor)  # the hook: hangs_script.setup_lines
     lines = _header(spec, version)
     lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
               for k, v in sbatch_options(spec, plan)]
     lines += ["", "set -euo pipefail", ""]
-    blocks = [site_lines(spec), env_lines(spec, runtime),
+    blocks = [kit.lines(kit_dir, version), site_lines(spec), env_lines(spec, runtime),
               _geometry_lines(spec, plan, runtime, doctor),
               runtime.batch_lines(), _log_lines(spec, plan),
               [] if doctor else hangs_script.setup_lines(

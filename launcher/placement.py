@@ -63,45 +63,27 @@ MPIRUN_NOTE = Raw("""\
 def cpu_lines(spec: JobSpec, srun_tasks_per_node: int, launch_srun: bool = True,
               node_sruns: bool = True, export_names: Tuple[str, ...] = ()) -> List[Statement]:
     """Batch-scope lines that set cpus_per_node (one task per node: ``node_sruns``, the set-up
-    and the doctor) and cpus_per_task (``launch_srun``: the launch is an srun the kit writes)
-    for ``--cpus-per-task=`` of the sruns below; export_names: variables that carry the share
-    to an srun line the kit does not write (submitit's)."""
+    and the doctor; launcher/node/job.sh ``jsc_cpus_per_node``) and cpus_per_task
+    (``launch_srun``: the launch is an srun the kit writes) for ``--cpus-per-task=`` of the
+    sruns below; export_names: variables that carry the share to an srun line the kit does
+    not write (submitit's)."""
     if not launch_srun and not node_sruns:
         return [MPIRUN_NOTE]
-    share = "$cpus_per_node" if srun_tasks_per_node == 1 else \
-        f"$((cpus_per_node >= {srun_tasks_per_node} ? cpus_per_node / {srun_tasks_per_node} : 1))"
+    n = srun_tasks_per_node
+    share = "$cpus_per_node" if n == 1 else \
+        f"$((cpus_per_node >= {n} ? cpus_per_node / {n} : 1))"
     each = "" if not launch_srun else \
-        ";\n# the launch's one task per node: cpus_per_task, the same" if srun_tasks_per_node == 1 \
-        else f";\n# each of the launch's {srun_tasks_per_node} tasks per node: cpus_per_task, a share"
-    exports = f'cpus_per_task="{share}"\n' if launch_srun else ""
-    exports += "".join(f'export {name}="$cpus_per_task"\n' for name in export_names)
-    return [Raw(f"""\
-# CPUs: every srun asks for its own on its command line (--cpus-per-task; Slurm >= 23.11
-# ignores SRUN_CPUS_PER_TASK, and a bound task's workers all share its CPUs). One task per
-# node gets the job's CPUs on a node (the smallest node's, if they differ): cpus_per_node{each}.
-cpus_per_node=''
-IFS=, read -ra counts <<<"$SLURM_JOB_CPUS_PER_NODE"  # e.g. 48(x2),32
-for count in "${{counts[@]}}"; do
-    count=${{count%%(*}}
-    if [ -z "$cpus_per_node" ] || [ "$count" -lt "$cpus_per_node" ]; then cpus_per_node=$count; fi
-done""")] + one_thread_per_core(spec) + [Raw(f"""\
-# One thread per core (--hint=nomultithread, --threads-per-core=1): those counts are hardware
-# threads, a step may use one per core, and srun refuses more ("More processors requested
-# than permitted"): count cores, by the node's ThreadsPerCore in Slurm's own record.
-case "${{SLURM_HINT:-}},${{SLURM_THREADS_PER_CORE:-}}" in
-    *nomultithread*|*,1)
-        node_info=$(scontrol show node "${{SLURMD_NODENAME:-$(hostname)}}") || node_info=""
-        threads_per_core=1
-        case "$node_info" in
-            *ThreadsPerCore=[0-9]*)
-                threads_per_core=${{node_info##*ThreadsPerCore=}}
-                threads_per_core=${{threads_per_core%%[!0-9]*}} ;;
-        esac
-        if [ "$threads_per_core" -gt 1 ] && [ "$cpus_per_node" -ge "$threads_per_core" ]; then
-            cpus_per_node=$((cpus_per_node / threads_per_core))
-        fi ;;
-esac
-{exports}""".rstrip("\n"))] + ([] if launch_srun else [MPIRUN_NOTE])
+        "; the launch's one task per node the same" if n == 1 \
+        else f"; each of the launch's {n} tasks per node a share"
+    out: List[Statement] = one_thread_per_core(spec) + [
+        Raw("# CPUs, on every srun's command line (Slurm >= 23.11 ignores SRUN_CPUS_PER_TASK): "
+            "one task per\n# node the job's CPUs on a node (cores under one thread per "
+            f"core){each}."),
+        Raw("jsc_cpus_per_node")]
+    if launch_srun:
+        out.append(Raw(f'cpus_per_task="{share}"'))
+    out += [Raw(f'export {name}="$cpus_per_task"') for name in export_names]
+    return out + ([] if launch_srun else [MPIRUN_NOTE])
 
 
 def placement_warnings(spec: JobSpec) -> List[str]:

@@ -36,7 +36,7 @@ class StopRequest:
         if name:
             self.signal = signal.Signals[f"SIG{name.upper().removeprefix('SIG')}"]
             signal.signal(self.signal, self._handle)
-            # torchrun_jsc starts its workers with the signal blocked (launcher.torchrun_jsc.
+            # torchrun_jsc starts its workers with the signal blocked (launcher.task.torchrun_jsc.
             # forward), so one that came while this process was starting is still pending:
             # unblocking now delivers it to the handler just installed.
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [self.signal])

@@ -1,7 +1,7 @@
 """Slurm facts that the login node and the compute nodes both need: standard library only.
 
 Where it sits: on the ground floor. The composer (launcher.preview, launcher.jobscript,
-launcher.submitit) and the node agents (launcher.node.ray) import it; it imports nothing of
+launcher.submitit) and the node agents (launcher.task.ray) import it; it imports nothing of
 the kit's (docs/development/index.md#where-code-runs).
 
 - :func:`expand_nodelist`: a Slurm hostlist (``jwb[0001-0003,0007],login1``) as node names.
@@ -43,15 +43,9 @@ def rdzv_port_lines(port: str, host: str, export: bool = False) -> List[str]:
     the span) when a process on ``host`` already listens there. ``port`` and ``host`` are
     variable names (``host`` holds the rendezvous name); the batch script runs on the
     rendezvous node, so a connection that succeeds means the port is taken."""
-    wrap = f"{PORT_BASE} + ({port} - {PORT_BASE} + 1) % {PORT_SPAN}"
-    return [
-        f"{'export ' if export else ''}{port}={RDZV_PORT_SH}",
-        f"# In use on the first node (this one) by another job, ids {PORT_SPAN} apart? The next "
-        "free\n# port then (a connection that succeeds: something listens there).",
-        f"for _ in {{1..{PORT_TRIES}}}; do\n"
-        f'  (: <"/dev/tcp/${{{host}}}/${{{port}}}") 2>/dev/null || break\n'
-        f"  {port}=$(({wrap}))\ndone",
-    ]
+    assert port == "rdzv_port", port  # the variable launcher/node/job.sh sets
+    return [f'jsc_rdzv_port "${{{host}}}" {PORT_BASE} {PORT_SPAN} {PORT_TRIES}'
+            + (f"\nexport {port}" if export else "")]
 
 
 def expand_nodelist(text: str) -> List[str]:

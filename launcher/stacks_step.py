@@ -2,7 +2,7 @@
 stack, and what is left when it times out.
 
 Where it sits: the CLI's edge (launcher.cli ``stacks``) -> **this step** -> the shipped
-collector (launcher.stacks ``node``) on every node, as launcher.hangs_script renders it for
+collector (launcher.node.stacks ``node``) on every node, as launcher.hangs_script renders it for
 the jobscript too. It runs srun and squeue; launcher.cli prints what it returns and turns its
 SubmitError into one line. A step that runs past the nodes' wait plus STEP_MARGIN_S is killed,
 and the JSON lines the nodes printed until then are kept: the ranks of the nodes that answered
@@ -16,8 +16,9 @@ import subprocess
 import sys
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
-from launcher.hangs_script import seconds_text, stacks_srun, stacks_text
-from launcher.stacks import child_output
+from launcher import kit
+from launcher.hangs_script import seconds_text, stacks_srun
+from launcher.node.stacks import child_output
 from launcher.shell import Var, resolve
 from launcher.submit import SubmitError
 
@@ -45,8 +46,8 @@ def run_stacks_step(job: str, wait_s: float) -> StacksStep:
             raise SubmitError(f"stacks: cannot ask squeue about job {job}: {exc}") from None
     if not nodes.isdigit():
         raise SubmitError(f"stacks: job {job} is not running (squeue: {nodes!r})")
-    argv = resolve(stacks_srun(Var("job"), Var("nodes"), Var("script"), wait_s),
-                   {"job": job, "nodes": nodes, "script": stacks_text()})
+    argv = resolve(stacks_srun(Var("job"), Var("nodes"), str(kit.installed()), wait_s),
+                   {"job": job, "nodes": nodes})
     limit = wait_s + STEP_MARGIN_S
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)

@@ -6,11 +6,11 @@ Slurm tasks, inside the spec's container, with what ``init_process_group("env://
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
 first node's inter-node name (its hostname + the site's suffix, launcher.internode; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
-MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the one rule of launcher/net. Those
+MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the one rule of launcher/node/net. Those
 are set by the jobscript's own preamble (launcher.jobscript.rendezvous_lines) and the srun
-mode's task script (launcher.modes.srun, launcher.modes.common.srun_task_env), in each task,
-before Python starts: submitit's ``python`` command becomes
-``bash -c "$submitit_task_env" submitit-task [apptainer exec ... IMAGE] python3``.
+mode's task script (launcher/node/task.sh srun), in each task, before Python starts:
+submitit's ``python`` command becomes
+``bash "$kit/node/task.sh" srun [apptainer exec ... IMAGE] python3``.
 Containers: Apptainer (the folder bound at its own path) and Enroot (the runtime's per-node
 set-up step, the jobscript's, as an srun before submitit's; submitit's variables forwarded
 by name); a runtime with a ``submitit_problem`` (pyxis) is refused.
@@ -37,13 +37,12 @@ from launcher.jobscript import MASTER_ENV, env_lines, node_count_lines, rendezvo
     setup_lines, site_lines
 from launcher.model import Bind, JobSpec, SpecError
 from launcher.modes.common import gpu_layout
-from launcher.modes.srun import Srun
 from launcher.placement import cpu_lines, exclusive_default
 from launcher.runtimes import RUNTIMES, runtime_for
-from launcher.shell import Assign, Raw, Statement, join, render_statement
+from launcher import kit
+from launcher.shell import Raw, Statement, join, render_statement
 from launcher.spec import load_spec
 
-TASK_ENV_VAR = "submitit_task_env"  # holds the srun mode's task script
 # submitit writes its own srun line and quotes its srun_args, so a count known only at run
 # time cannot go on it: srun's input variables carry it, SLURM_CPUS_PER_TASK (Slurm >= 23.11,
 # and before 22.05) and SRUN_CPUS_PER_TASK (22.05, 23.02). No mpirun runs here, which would
@@ -87,12 +86,14 @@ def _bind_root(folder: str) -> str:
     return head.rstrip("/") if head.endswith("/") else (os.path.dirname(head) or "/")
 
 
-def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> SubmititPlan:
+def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None,
+                  kit_dir: Optional[str] = None) -> SubmititPlan:
     """The executor's python command, parameters and sbatch set-up lines for ``spec``.
 
     ``folder``: the absolute submitit folder (bound into the container at the same path).
     ``python``: the bare runtime's interpreter (default: this one, as submitit does; python3
-    from the venv when site.venv is set)."""
+    from the venv when site.venv is set). ``kit_dir``: the kit's package directory the job
+    runs the node-side code from (default: this kit's, launcher.kit.installed)."""
     job, kind = spec.job, spec.runtime.kind
     unsupported = RUNTIMES[kind].submitit_problem
     if unsupported:
@@ -123,17 +124,15 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None) -> S
                          f"python3 from {where}")
     inner = join(runtime.wrap(interpreter), width=10**9) if interpreter else \
         (python or shlex.quote(sys.executable))
-    command = f'bash -c "${TASK_ENV_VAR}" submitit-task {inner}'
+    command = f"{join(kit.task_script('srun'), width=10**9)} {inner}"
 
     setup_step = setup_lines(runtime)
     statements: List[Statement] = [
-        *site_lines(spec), *env_lines(spec, runtime),
+        *kit.lines(kit_dir or str(kit.installed())), *site_lines(spec), *env_lines(spec, runtime),
         *cpu_lines(spec, spec.launch.procs_per_node, export_names=SUBMITIT_CPU_NAMES),
         *node_count_lines(), *rendezvous_lines(spec), MASTER_ENV, *runtime.batch_lines(),
         # submitit's set-up lines run without set -e: a failed set-up ends the job here.
         *([Raw(setup_step[0]), Raw(setup_step[1] + " || exit 1")] if setup_step else []),
-        Raw("# Run by each task (bash -c), so per-task variables expand there, not here."),
-        Assign(TASK_ENV_VAR, Srun().task_script(runtime)),
     ]
     setup = tuple(render_statement(s) for s in statements)
 

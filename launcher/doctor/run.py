@@ -1,7 +1,7 @@
 """`python -m launcher doctor SPEC`: run the doctor's script on real nodes, get the reports.
 
 Where it sits: spec -> jobscript text (``render_jobscript(doctor=True)``: the job's own
-set-up, then the doctor's step) -> **run** -> launcher.doctor.report (table or JSON).
+set-up, then the doctor's step) -> **run** -> launcher.node.doctor.report (table or JSON).
 Inside an allocation (``SLURM_JOB_ID`` set, e.g. under ``salloc``) the script runs here with
 bash and its srun uses the allocation; otherwise it is submitted as a short job with the
 spec's geometry (sbatch options pass through) and this waits for it, polling squeue.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.doctor.report import RESULT_MARK
+from launcher.node.doctor.report import RESULT_MARK
 from launcher.submit import SubmitError, sbatch
 
 # Gentle on slurmctld, which every user shares: the first looks come quickly (the doctor's

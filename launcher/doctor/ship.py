@@ -1,10 +1,9 @@
-"""The doctor as a jobscript step: the node script's text, its config, the srun line.
+"""The doctor as a jobscript step: its config and the srun line.
 
 Where it sits: spec -> runtimes + modes (plans) -> jobscript text, with **ship** adding the
 preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
-the per-node setup and before the launch. The node script is the "doctor" bundle of
-launcher/shipped.py (the rule of launcher/net, launcher/doctor/local.py, node.py and
-report.py): one copy of each, only the kit's own source files read, nothing of the machine.
+the per-node setup and before the launch. The checks are the kit's node-side code
+(launcher/node/doctor, run as ``python3 -I "$kit/node/run.py" doctor ...``).
 """
 
 from __future__ import annotations
@@ -12,20 +11,13 @@ from __future__ import annotations
 import json
 from typing import List, Literal
 
-from launcher import shipped
+from launcher import kit
 from launcher.model import JobSpec
 from launcher.runtimes import ContainerRuntime, node_srun
-from launcher.runtimes.enroot_scripts import DATA_PATH_FN
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
-from launcher.torchrun_jsc.decide import MIN_TORCH_TEXT
+from launcher.task.torchrun_jsc.decide import MIN_TORCH_TEXT
 
-PYTHON_ISOLATED = shipped.PYTHON_ISOLATED
 Output = Literal["table", "json"]
-
-
-def node_script() -> str:
-    """One standard-library python3 script: ``python3 -c SCRIPT node|table|json ...``."""
-    return shipped.source("doctor")
 
 
 def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
@@ -40,8 +32,8 @@ def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
         "min_torch": MIN_TORCH_TEXT if launcher and "torchrun" in launcher.rsplit("/", 1)[-1]
         else None,
         "timeout": 5.0, "start_timeout": 10.0, "deadline": 12.0, "max_skew": 2.0,
-        # space: the data path as the Enroot set-up asks it (one rule, run by bash on the node)
-        "enroot_data": DATA_PATH_FN + "\nenroot_data_path" if rt.kind == "enroot" else None,
+        # space: the data path as the Enroot set-up asks it (one rule, launcher/node/enroot-lib.sh)
+        "enroot_data": rt.kind == "enroot",
     }
 
 
@@ -55,18 +47,11 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     where: List[Token] = [Var("doctor_conf"), Var("rdzv_host"), Var("rdzv_port")]
     # No --kill-on-bad-exit: a node whose check fails still lets every other node report.
     # runtime.enter: the container without the stack hook's prelude (the checks are no rank).
-    step: List[Token] = [*node_srun(kill_on_bad_exit=False), *PYTHON_ISOLATED,
-                         Var("doctor_py"), "node", *where, "--",
-                         *runtime.enter([])]
-    collect: List[Token] = [*PYTHON_ISOLATED, Var("doctor_py"), output, *where, Var("hostnames"),
-                            Var("doctor_t0")]
-    stmts: List[Statement] = [
-        Raw("# shellcheck disable=SC2016  # python, run by python3 -c on each node"),
-        Assign("doctor_py", node_script()),
-        *([Raw("# shellcheck disable=SC2016  # enroot_data_path, run by bash on each node")]
-          if runtime.kind == "enroot" else []),
-        Assign("doctor_conf", conf),
-    ]
+    step: List[Token] = [*node_srun(kill_on_bad_exit=False),
+                         *kit.node_python("doctor", "node", *where), "--", *runtime.enter([])]
+    collect: List[Token] = kit.node_python("doctor", output, *where, Var("hostnames"),
+                                           Var("doctor_t0"))
+    stmts: List[Statement] = [Assign("doctor_conf", conf)]
     head = ["# Preflight (launch.preflight): the checks of `python -m launcher doctor` on every",
             "# node, one srun task each, before the launch; a cross stops the job here with the",
             "# table in this log (README: Doctor)."] if output == "table" else \

@@ -22,30 +22,16 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping
 
 from launcher.model import JobSpec, Site, SpecError
-from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import command_argv, ifname_task_env
+from launcher.modes.base import LaunchMode, Plan, Step
+from launcher.modes.common import command_argv
 from launcher.modes.common import NNODES, PER_NODE_KEYS, RDZV_HOST, \
     RDZV_PORT, no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
 
-SCRIPT = Var("accelerate_node")
 NPROCS = Var("nprocs")
-# accelerate-node CONFIG CPU N ARGV...: runs in the container (or bare) on each node.
-NODE_SCRIPT = """\
-config=$1 cpu=$2 n=$3
-shift 3
-if [ -z "$config" ]; then
-    config=$(mktemp "${TMPDIR:-/tmp}/accelerate-config.XXXXXX") || exit 1
-    remove_config() { rm -f -- "$config"; }
-    trap remove_config EXIT
-    echo "compute_environment: LOCAL_MACHINE" >"$config"
-    echo "distributed_type: MULTI_GPU" >>"$config"
-fi
-if [ "$cpu" = 1 ]; then export ACCELERATE_USE_CPU=1; fi
-"${@:1:n}" --config_file "$config" --machine_rank "$SLURM_NODEID" "${@:n+1}"
-"""
+SCRIPT = "task/accelerate-node.sh"  # in the container (or bare) on each node: launcher/task/
 
 
 @dataclass(frozen=True)
@@ -83,10 +69,9 @@ class Accelerate(LaunchMode):
                     "--no_python"]
         head = [options.config_file, "1" if spec.job.gpus_per_node == 0 else "0"]
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
-                    tuple(node_argv(rt, spec, SCRIPT, "accelerate-node", head, launcher)))
+                    tuple(node_argv(rt, spec, SCRIPT, head, launcher)))
         return Plan(tasks_per_node=1, step=step, master_env=True,
-                    scripts=((TASK_ENV_NAME, ifname_task_env()),
-                             (SCRIPT.name, NODE_SCRIPT)),
+                    task_kind="ifname",
                     batch=(Raw(f"nprocs=$((nnodes * {launch.procs_per_node}))  "
                                "# accelerate's --num_processes is the total"),))
 
@@ -99,7 +84,7 @@ class Accelerate(LaunchMode):
                      values: Values) -> List[str]:
         vals = dict(values, nprocs=str(nnodes * spec.launch.procs_per_node))
         argv = resolve(plan.task, vals)
-        argv = argv[argv.index("accelerate-node") + 1:]
+        argv = argv[next(i for i, a in enumerate(argv) if a.endswith(SCRIPT)) + 1:]
         config, _, n = argv[0], argv[1], int(argv[2])
         rest = argv[3:]
         config = config or "<per-job file>"

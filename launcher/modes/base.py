@@ -26,7 +26,7 @@ from launcher.runtimes import ContainerRuntime
 from launcher.shell import Statement, Token, Values, resolve
 from launcher.yamlread import Reader
 
-TASK_ENV_NAME = "task_env"  # the script variable of a mode's (first) task script
+TASK_SCRIPT_WORDS = 3  # bash "$kit/node/task.sh" KIND, before the argv it runs
 
 
 @dataclass(frozen=True)
@@ -51,18 +51,19 @@ class Plan:
     master_env: bool  # exports MASTER_ADDR/MASTER_PORT (env://) at batch scope
     ntasks: bool  # needs ntasks=nnodes*tasks_per_node at batch scope
     via_mpirun: bool  # mpirun starts the tasks (one srun task per node: Open MPI's daemons)
-    # (variable, text): scripts assigned at batch scope, run by tasks (bash -c "$VAR" ...).
-    scripts: Tuple[Tuple[str, str], ...]
+    # The kind of launcher/node/task.sh each task runs first (modes.common.TASK_KINDS: its
+    # argv starts bash "$kit/node/task.sh" KIND), "" where the tasks run none.
+    task_kind: str
     batch: Tuple[Statement, ...]  # job-global batch-scope lines (e.g. a per-job file)
 
     def __init__(self, *, tasks_per_node: int, step: Step, master_env: bool = False,
                  ntasks: bool = False, via_mpirun: bool = False,
-                 scripts: Tuple[Tuple[str, str], ...] = (),
+                 task_kind: str = "",
                  batch: Tuple[Statement, ...] = ()) -> None:
         # Python 3.8 has no dataclass(kw_only=True): the same, written out.
         for name, value in (("tasks_per_node", tasks_per_node), ("step", step),
                             ("master_env", master_env), ("ntasks", ntasks),
-                            ("via_mpirun", via_mpirun), ("scripts", scripts), ("batch", batch)):
+                            ("via_mpirun", via_mpirun), ("task_kind", task_kind), ("batch", batch)):
             object.__setattr__(self, name, value)
 
     @property
@@ -76,10 +77,6 @@ class Plan:
     @property
     def launch(self) -> Tuple[Token, ...]:
         return self.step.argv
-
-    @property
-    def task_env(self) -> str:
-        return dict(self.scripts).get(TASK_ENV_NAME, "")
 
     @property
     def srun_tasks_per_node(self) -> int:
@@ -107,7 +104,7 @@ class LaunchMode:
     # whose collectives are torch.distributed's): launch.hang_timeout is refused with it.
     no_progress_hook: ClassVar[str] = ""
     # The variables that only the processes running the user's program as ranks carry (the
-    # stack hook arms those, launcher/stacks_hook.py): RANK, set by torch's elastic agent for
+    # stack hook arms those, launcher/task/hook/sitecustomize.py): RANK, set by torch's elastic agent for
     # its workers (torchrun, mpirun_torchrun, accelerate), by deepspeed's launcher and by srun
     # mode's task script. Not the MPI ones: the per-node agent carries those too.
     rank_vars: ClassVar[Tuple[str, ...]] = ("RANK",)
@@ -142,7 +139,7 @@ class LaunchMode:
                      values: Values) -> List[str]:
         """Preview lines under 'node N HOST: ...': what each task of that node runs."""
         step = plan.step
-        task = resolve(step.task[4:] if plan.task_env else step.task, values)
+        task = resolve(step.task[TASK_SCRIPT_WORDS:] if plan.task_kind else step.task, values)
         text = " ".join(shlex.quote(a) for a in task)
         if self.one_agent:
             return [f"  per node: {text}"]

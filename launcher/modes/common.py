@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-from launcher import shipped
+from launcher import kit
 from launcher.model import JobSpec, SpecError
 from launcher.runtimes import RUNTIMES
 from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime, gpus_requested
@@ -25,51 +25,15 @@ JOB_ID = Var("SLURM_JOB_ID")
 # CPUs on its command line with one of them (Slurm >= 23.11 reads no SRUN_CPUS_PER_TASK):
 # CPUS_PER_NODE (launcher.runtimes.base) for one task per node, and
 CPUS_PER_TASK = Var("cpus_per_task")  # the launch's srun: the node's CPUs per task it starts
-TASK_ENV = Var("task_env")  # holds the task script at batch scope, expanded in each task
-
-# Scripts that each started task runs (bash -c "$task_env" task ARGV...), so per-task
-# values expand in the task; the real argv comes as arguments ("$@") and is never re-parsed.
-# srun mode maps Slurm's per-task variables to what torch's env:// expects.
-RANKS_FROM_SLURM = """\
-export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" \\
-    NODE_RANK="$SLURM_NODEID"
-"""
-# Without torchrun_jsc nobody picks the socket interface, and gloo/NCCL/Open MPI would use
-# the hostname's one, which on JSC-like networks the other nodes cannot reach: unless the
-# user or the site profile set one, use the interface that routes to MASTER_ADDR by the one
-# rule of launcher/net (the same code torchrun_jsc runs), shipped inline as python3 -c source
-# (launcher/shipped.py, bundle "net"): loopback skipped unless alone, IPv4 first unless only
-# IPv6 (TORCHRUN_JSC_ADDRESS_FAMILY), NCCL's exact form =NAME, no fallback. It runs where the
-# task script runs: the host's python3, or the image's under pyxis.
-NO_PYTHON3 = """\
-command -v python3 >/dev/null || { echo "no python3 on ${SLURMD_NODENAME:-$HOSTNAME}: the \
-task script needs it to pick the socket interface towards MASTER_ADDR" >&2; exit 1; }
-"""
-EXEC_ARGV = 'exec "$@"\n'
-
-
-def socket_env_script(mpi: bool = False) -> str:
-    """Task-script lines that export GLOO/NCCL_SOCKET_IFNAME (with ``mpi`` also Open MPI's
-    and Horovod's interface variables) unless set, by launcher.net.probe.task_env_main."""
-    args = ["--mpi", '"$MASTER_ADDR"'] if mpi else ['"$MASTER_ADDR"']
-    return (NO_PYTHON3 + f"net_env=$({shipped.command('net', args)}) || exit 1\n"
-            'eval "$net_env"\n')
-
-
-def srun_task_env() -> str:
-    """srun mode (and submitit): ranks from Slurm, the socket interface, the program."""
-    return RANKS_FROM_SLURM + socket_env_script() + EXEC_ARGV
-
-
-def mpi_task_env() -> str:
-    """MPI ranks (Horovod): Open MPI's TCP transport and Horovod's gloo controller too."""
-    return socket_env_script(mpi=True) + EXEC_ARGV
-
-
-def ifname_task_env() -> str:
-    """Without rank variables: the per-node launcher (accelerate, deepspeed) sets them for
-    its workers; only the socket interface is picked, towards MASTER_ADDR."""
-    return socket_env_script() + EXEC_ARGV
+# The task scripts (launcher/node/task.sh KIND): each started task runs
+# ``bash "$kit/node/task.sh" KIND ARGV...``, so per-task values expand in the task; the real
+# argv comes as arguments and is never re-parsed. KIND srun: ranks from Slurm's per-task
+# variables (what torch's env:// expects) and the socket interface; mpi: the socket interface
+# for Open MPI and Horovod too; ifname: the socket interface only (the per-node launcher sets
+# the ranks). The socket interface: by the one rule of launcher/node/net (the code
+# torchrun_jsc runs), where the task script runs: the host's python3, or the image's under
+# pyxis.
+TASK_KINDS = ("srun", "mpi", "ifname")
 
 
 IFNAME_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
@@ -83,9 +47,19 @@ def program_argv(spec: JobSpec) -> List[Token]:
     return [expansion(arg) for arg in spec.program]
 
 
+# launch.command's first words that name the kit's own per-node programs: run from the kit
+# (python3 "$kit/task/run.py" COMMAND, launcher/task/run.py) with the task's python3, so any
+# image with python3 and torch runs them, whatever it contains of the kit.
+KIT_PROGRAMS = {"torchrun_jsc": "torchrun_jsc", "jsc-ray-node": "ray-node"}
+
+
 def command_argv(spec: JobSpec) -> List[Token]:
-    """launch.command as argv, expanded like the program's."""
-    return [expansion(arg) for arg in spec.launch.command]
+    """launch.command as argv, expanded like the program's; a kit program from the kit."""
+    command = spec.launch.command
+    rest = [expansion(arg) for arg in command[1:]]
+    if command and command[0] in KIT_PROGRAMS:
+        return [*kit.task_python(KIT_PROGRAMS[command[0]]), *rest]
+    return [expansion(arg) for arg in command[:1]] + rest
 
 
 # Rendezvous timeouts that grow with the node count (docs/guide/hangs.md). torch's c10d
@@ -224,17 +198,17 @@ def mpirun_argv(tasks_per_node: int, count: Var) -> List[Token]:
             "--bind-to", "none", "--tag-output"]
 
 
-def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...],
-                  argv: Optional[Sequence[Token]] = None, script: Var = TASK_ENV
-                  ) -> List[Token]:
-    """bash -c "$task_env" task ARGV (ARGV: the program unless given): outside the container
-    (the host's python3 picks the interface) unless the runtime puts the whole task, bash
-    included, in the image (task_script_inside), where the image's python3 does. Either way
-    what runs inside goes through ``rt.wrap`` (the stack hook's prelude)."""
+def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...], kind: str,
+                  argv: Optional[Sequence[Token]] = None) -> List[Token]:
+    """bash "$kit/node/task.sh" KIND ARGV (ARGV: the program unless given): outside the
+    container (the host's python3 picks the interface) unless the runtime puts the whole task,
+    bash included, in the image (task_script_inside), where the image's python3 does. Either
+    way what runs inside goes through ``rt.wrap`` (the stack hook's prelude)."""
+    assert kind in TASK_KINDS, kind
     argv = program_argv(spec) if argv is None else argv
     if rt.task_script_inside:
-        return rt.wrap(["bash", "-c", script, "task", *argv], names)
-    return ["bash", "-c", script, "task", *rt.wrap(argv, names)]
+        return rt.wrap([*kit.task_script(kind), *argv], names)
+    return [*kit.task_script(kind), *rt.wrap(argv, names)]
 
 
 def check_mpirun(spec: JobSpec) -> None:
@@ -257,16 +231,16 @@ def processes(n: int) -> str:
     return f"{n} process{'es' if n != 1 else ''}"
 
 
-def node_argv(rt: ContainerRuntime, spec: JobSpec, script: Var, name: str,
+def node_argv(rt: ContainerRuntime, spec: JobSpec, script: str,
               head: Sequence[Token], launcher: Sequence[Token]) -> List[Token]:
-    """One task per node: the host-side task script (socket interface), then, in the
-    container, ``bash -c "$SCRIPT" NAME HEAD... N LAUNCHER... PROGRAM...``: SCRIPT gets the
-    launcher's word count N so that it can insert per-node options (expanded on the node,
-    e.g. --machine_rank "$SLURM_NODEID") between the launcher and the program, which thus
-    reaches the program unchanged."""
-    inner: List[Token] = ["bash", "-c", script, name, *head, str(len(launcher)), *launcher,
+    """One task per node: the task script (socket interface), then, in the container,
+    ``bash "$kit/SCRIPT" HEAD... N LAUNCHER... PROGRAM...``: SCRIPT (a file of the kit,
+    launcher/task/*-node.sh) gets the launcher's word count N so that it can insert per-node
+    options (expanded on the node, e.g. --machine_rank "$SLURM_NODEID") between the launcher
+    and the program, which thus reaches the program unchanged."""
+    inner: List[Token] = ["bash", kit.file(script), *head, str(len(launcher)), *launcher,
                           *program_argv(spec)]
-    return scripted_task(spec, rt, IFNAME_NAMES, inner)
+    return scripted_task(spec, rt, IFNAME_NAMES, "ifname", inner)
 
 
 def no_requeue(spec: JobSpec, launcher: str) -> None:

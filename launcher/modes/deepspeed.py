@@ -23,26 +23,16 @@ from typing import Any, List, Mapping
 
 from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
-from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import command_argv, ifname_task_env
+from launcher.modes.base import LaunchMode, Plan, Step
+from launcher.modes.common import command_argv
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
     no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Values, Var, resolve, word
 from launcher.yamlread import Reader
 
-SCRIPT = Var("deepspeed_node")
 HOSTS = Var("ds_hosts")
-# deepspeed-node HOSTS N ARGV...: runs in the container (or bare) on each node.
-NODE_SCRIPT = """\
-hosts=$1 n=$2
-shift 2
-hostfile=$(mktemp "${TMPDIR:-/tmp}/deepspeed-hostfile.XXXXXX") || exit 1
-remove_hostfile() { rm -f -- "$hostfile"; }
-trap remove_hostfile EXIT
-echo "$hosts" >"$hostfile"
-"${@:1:n}" --hostfile "$hostfile" --node_rank "$SLURM_NODEID" "${@:n+1}"
-"""
+SCRIPT = "task/deepspeed-node.sh"  # in the container (or bare) on each node: launcher/task/
 # The hostfile's text, one line per node of the allocation: "NAME slots=N".
 HOSTS_LINES = """\
 ds_hosts=""
@@ -80,14 +70,13 @@ class Deepspeed(LaunchMode):
         if not options.local_rank_arg:
             launcher.append("--no_local_rank")
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, 1)),
-                    tuple(node_argv(rt, spec, SCRIPT, "deepspeed-node", [HOSTS], launcher)))
+                    tuple(node_argv(rt, spec, SCRIPT, [HOSTS], launcher)))
         batch = (Raw("# The per-job hostfile's text (each node writes it to a temporary file)."),
                  Assign("ds_suffix", suffix_token(spec.site)),
                  Assign("ds_slots", str(launch.procs_per_node)),
                  Raw(HOSTS_LINES.rstrip("\n")))
         return Plan(tasks_per_node=1, step=step, master_env=True,
-                    scripts=((TASK_ENV_NAME, ifname_task_env()),
-                             (SCRIPT.name, NODE_SCRIPT)),
+                    task_kind="ifname",
                     batch=batch)
 
     def comment(self, spec: JobSpec) -> str:
@@ -98,7 +87,7 @@ class Deepspeed(LaunchMode):
     def preview_node(self, spec: JobSpec, plan: Plan, node_rank: int, nnodes: int,
                      values: Values) -> List[str]:
         argv = resolve(plan.task, dict(values, ds_hosts="<per-job hostfile>"))
-        argv = argv[argv.index("deepspeed-node") + 1:]
+        argv = argv[next(i for i, a in enumerate(argv) if a.endswith(SCRIPT)) + 1:]
         n, rest = int(argv[1]), argv[2:]
         shown = rest[:n] + ["--hostfile", "<per-job hostfile>", "--node_rank",
                             str(node_rank)] + rest[n:]

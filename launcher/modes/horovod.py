@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from launcher.model import JobSpec, Site
-from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
+from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import MPI_TASK_NAMES, NTASKS, check_mpirun, gpu_layout, \
-    mpi_task_env, mpirun_argv, scripted_task, srun_argv
+    mpirun_argv, scripted_task, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.yamlread import Reader
 
@@ -53,15 +53,14 @@ class Horovod(LaunchMode):
         # MPI gives each rank its rank; the task script only picks the socket interfaces,
         # towards the first node (MASTER_ADDR).
         per_node = spec.launch.procs_per_node
-        task = tuple(scripted_task(spec, rt, MPI_TASK_NAMES))
+        task = tuple(scripted_task(spec, rt, MPI_TASK_NAMES, "mpi"))
         if not self.via_mpirun(spec):
             mpi = (f"--mpi={spec.launch.options.mpi_plugin}",)
             step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node, mpi)), task)
-            return Plan(tasks_per_node=per_node, step=step, master_env=True,
-                        scripts=((TASK_ENV_NAME, mpi_task_env()),))
+            return Plan(tasks_per_node=per_node, step=step, master_env=True, task_kind="mpi")
         step = Step(self.comment(spec), tuple(mpirun_argv(per_node, NTASKS)), task)
         return Plan(tasks_per_node=per_node, step=step, master_env=True, ntasks=True,
-                    via_mpirun=True, scripts=((TASK_ENV_NAME, mpi_task_env()),))
+                    via_mpirun=True, task_kind="mpi")
 
     def comment(self, spec: JobSpec) -> str:
         launch = spec.launch

@@ -1,4 +1,4 @@
-"""Mode ray: one Ray node agent per node (launcher/node/ray.py) via srun; the program is the
+"""Mode ray: one Ray node agent per node (launcher/task/ray.py) via srun; the program is the
 Ray driver, run once on the first node after every node joined.
 
 The agent starts ``ray start --block`` on its node (the head on node 0 at the first node's
@@ -21,18 +21,14 @@ from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import command_argv, program_argv
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, \
     srun_argv
-from launcher.node.ray import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
+from launcher.task.ray import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Token, Values, literal_or_word, resolve, word
 from launcher.yamlread import Reader
 
-# `python3 -m launcher.ray_node` would put the current directory (the user's submit
-# directory) first on sys.path, so a user's launcher.py there would run instead of the kit.
-# python3 -c does the same with '': this drops it before importing (any Python 3; -P and
-# PYTHONSAFEPATH only exist from 3.11), then runs the module as -m would.
-RUN_MODULE = ("import runpy, sys; sys.path[:1] = [p for p in sys.path[:1] if p]; "
-              "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
-AGENT = ("python3", "-c", RUN_MODULE, "launcher.ray_node")
+# The kit's Ray agent (launcher/task/ray.py), run from the kit by the image's python3
+# (modes.common.KIT_PROGRAMS: python3 "$kit/task/run.py" ray-node).
+AGENT = ("jsc-ray-node",)
 
 
 @dataclass(frozen=True)
@@ -83,7 +79,7 @@ class Ray(LaunchMode):
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node
-        agent = "python3 -m launcher.ray_node, the submit directory off sys.path" \
+        agent = "the kit's, python3 $kit/task/run.py ray-node" \
             if spec.launch.command == AGENT else " ".join(spec.launch.command)
         return (f"one Ray node agent per node ({agent}), head on the "
                 f"first node;\n# the program is the Ray driver ({n} slot{'s' if n != 1 else ''} "

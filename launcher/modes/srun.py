@@ -6,9 +6,8 @@ import shlex
 from typing import List
 
 from launcher.model import JobSpec
-from launcher.modes.base import TASK_ENV_NAME, LaunchMode, Plan, Step
-from launcher.modes.common import PER_TASK_NAMES, gpu_layout, scripted_task, srun_argv, \
-    srun_task_env
+from launcher.modes.base import TASK_SCRIPT_WORDS, LaunchMode, Plan, Step
+from launcher.modes.common import PER_TASK_NAMES, gpu_layout, scripted_task, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Values, resolve
 
@@ -19,14 +18,8 @@ class Srun(LaunchMode):
     def plan(self, spec: JobSpec, rt: ContainerRuntime) -> Plan:
         per_node = spec.launch.procs_per_node
         step = Step(self.comment(spec), tuple(srun_argv(spec, rt, per_node)),
-                    tuple(scripted_task(spec, rt, PER_TASK_NAMES)))
-        return Plan(tasks_per_node=per_node, step=step, master_env=True,
-                    scripts=((TASK_ENV_NAME, self.task_script(rt)),))
-
-    def task_script(self, rt: ContainerRuntime) -> str:
-        """What each task runs first (bash -c): ranks from Slurm's per-task variables, the
-        socket interface, then the argv. submitit's tasks run the same (launcher.submitit)."""
-        return srun_task_env()
+                    tuple(scripted_task(spec, rt, PER_TASK_NAMES, "srun")))
+        return Plan(tasks_per_node=per_node, step=step, master_env=True, task_kind="srun")
 
     def comment(self, spec: JobSpec) -> str:
         n = spec.launch.procs_per_node
@@ -38,7 +31,7 @@ class Srun(LaunchMode):
     def preview_node(self, spec: JobSpec, plan: Plan, node_rank: int, nnodes: int,
                      values: Values) -> List[str]:
         per_node, world = plan.tasks_per_node, nnodes * plan.tasks_per_node
-        text = " ".join(shlex.quote(a) for a in resolve(plan.task[4:], values))
+        text = " ".join(shlex.quote(a) for a in resolve(plan.task[TASK_SCRIPT_WORDS:], values))
         out = []
         for local in range(per_node):
             rank = node_rank * per_node + local

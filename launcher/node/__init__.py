@@ -1,11 +1,11 @@
-"""Agents that run on the compute nodes, started by the jobs.
+"""Code that runs on the compute nodes outside any container, with the host's python3 or bash
+(docs/development/node-code.md): standard library only, Python >= 3.6 (RHEL 8's python3).
 
-Where code runs: docs/development/index.md#where-code-runs.
+- ``net``: the address and interface rule (also imported by torchrun_jsc and the Ray agent).
+- ``stacks``: the stack collector and the progress watcher (launch.hang_timeout).
+- ``doctor``: the doctor's per-node checks and its report.
+- ``run.py``: the entry the jobs start, ``python3 -I KIT/node/run.py COMMAND ARGS``.
 
-The node side: standard library, launcher.slurm, launcher.torchrun_jsc and each other only,
-never a composer module (spec, modes, runtimes, rendering) nor PyYAML. tests/unit/test_layout.py
-checks it. Nothing is imported here, so importing one agent loads only what it needs.
-
-- ``ray``: the per-node Ray agent of launch mode ray (run as ``launcher.ray_node``).
-- ``procs``: its child processes: start, stop, leave nothing behind.
+Imports: the standard library, each other and launcher.slurm; never launcher.task, never a
+composer module (tests/unit/test_layout.py).
 """

@@ -12,7 +12,8 @@ from typing import List, Optional, Sequence
 
 from launcher.runtimes.base import HASH_REF, PWD, REGISTRY_SLASH, SCHEME, SQUASHFS, BindRule, \
     ContainerRuntime, bind_text
-from launcher.shell import Assign, Statement, Token, expansion
+from launcher.kit import KIT
+from launcher.shell import Assign, Statement, Token, expansion, word
 
 _SCHEMES = ("docker", "library", "oras", "shub", "http", "https")
 
@@ -54,6 +55,8 @@ class Apptainer(ContainerRuntime):
         out: List[Token] = ["apptainer", "exec"]
         if nv:
             out.append("--nv")
+        # The kit, read-only at its own path: its task scripts, torchrun_jsc, the stack hook.
+        out += ["--bind", word(KIT, ":", KIT, ":ro")]
         for bind in self.config.binds:
             out += ["--bind", bind_text(bind, "ro")]
         if self.config.bind_cwd:

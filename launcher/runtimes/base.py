@@ -21,9 +21,9 @@ from typing import ClassVar, List, Optional, Sequence, Tuple, Union
 
 from launcher import hangs_script
 from launcher.requeue import MARKER_ENV, SIGNAL_ENV
-from launcher.torchrun_jsc.forward import ENV as FORWARD_ENV
+from launcher.task.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
-    literal_or_word, word
+    join, literal_or_word, word
 from launcher.model import Bind, JobSpec, Runtime
 
 PWD = Var("PWD")
@@ -142,12 +142,13 @@ class ContainerRuntime:
         return tuple(node_srun() + inner) if inner else ()
 
     def cwd_guard(self) -> List[Statement]:
-        """Fail loudly when the submit directory cannot be written as this runtime's bind."""
-        if not self.config.bind_cwd or self.bind_rule is None:
+        """Fail loudly when the kit's directory or the submit directory cannot be written as
+        this runtime's bind."""
+        if self.bind_rule is None:
             return []
-        return [Raw(f'case "$PWD" in {self.bind_rule.glob()})\n'
-                    f'    echo "{self.kind} cannot bind the submit directory $PWD (it contains '
-                    f'{self.bind_rule.what()})" >&2; exit 1 ;;\nesac')]
+        paths: List[Token] = [Var("kit")] + ([PWD] if self.config.bind_cwd else [])
+        return [Raw(join(["jsc_bindable", self.kind, self.bind_rule.glob(),
+                          self.bind_rule.what(), *paths]))]
 
     def srun_flags(self) -> List[Token]:
         """Extra flags for every srun that starts tasks of the program."""
@@ -189,17 +190,9 @@ def gpu_lines(spec: JobSpec) -> List[Statement]:
 
 def cache_lines() -> List[Statement]:
     """The caches' variables, each only where unset (docs/guide/runtimes.md: Caches)."""
-    return [
-        Raw("# Caches: the container's root is read-only and $HOME is not mounted, so Triton "
-            "(torch.compile),\n# Hugging Face, torch hub and pip write to a node-local "
-            "per-user directory unless set."),
-        Raw(f'export {CACHE_ROOT}="${{{CACHE_ROOT}:-/tmp/torchrun-jsc-cache-$UID}}"'),
-        Raw(f'export XDG_CACHE_HOME="${{XDG_CACHE_HOME:-${CACHE_ROOT}}}"'),
-        Raw('export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$XDG_CACHE_HOME/triton}" '
-            'HF_HOME="${HF_HOME:-$XDG_CACHE_HOME/huggingface}" \\\n'
-            '    TORCH_HOME="${TORCH_HOME:-$XDG_CACHE_HOME/torch}" '
-            'PIP_CACHE_DIR="${PIP_CACHE_DIR:-$XDG_CACHE_HOME/pip}"'),
-    ]
+    return [Raw("# Caches: a node-local per-user directory unless set (the image's root is "
+                "read-only)."),
+            Raw("jsc_cache_env")]
 
 
 def requeue_names(spec: JobSpec) -> Sequence[str]:

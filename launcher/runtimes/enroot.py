@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from launcher import hangs_script
+from launcher import hangs_script, kit
 from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, HASH_REF, PWD, SCHEME, SQUASHFS, \
     ContainerRuntime, bind_text, cache_lines, gpu_lines, gpus_requested, \
@@ -52,10 +52,8 @@ class Enroot(ContainerRuntime):
         run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \
             else Var("enroot_name")
         out += [Assign("enroot_run", run), *(Raw(line) for line in enroot_scripts.JOBS_LINES),
-                Raw("# shellcheck disable=SC2016  # expanded on each node and task, not here"),
-                Assign("enroot_setup", enroot_scripts.SETUP),
-                Raw("# shellcheck disable=SC2016"),
-                Assign("enroot_start", enroot_scripts.start_script(self._names(), cache=True))]
+                Raw("# What reaches the container, by name (Enroot passes nothing by itself)."),
+                Assign("enroot_names", " ".join(self._names()))]
         return out
 
     def _names(self) -> List[str]:
@@ -64,7 +62,7 @@ class Enroot(ContainerRuntime):
         requeue protocol's, the hang hook's: launcher.hangs_script) and env.pass."""
         names = set(enroot_scripts.TASK_NAMES) | set(self.spec.env.names) \
             | {n for n, _ in self.spec.site.env} | set(requeue_names(self.spec)) \
-            | set(CACHE_NAMES) | set(hangs_script.NAMES)
+            | set(CACHE_NAMES) | set(hangs_script.NAMES) | {kit.LOG_ENV}
         if gpus_requested(self.spec):
             names.add(DRIVER_CAPS)
         if self.spec.site.socket_ifname:
@@ -72,16 +70,17 @@ class Enroot(ContainerRuntime):
         return sorted(names | set(self.spec.env.passthrough))
 
     def setup_argv(self) -> List[Token]:
-        return ["bash", "-c", Var("enroot_setup"), "enroot-setup", Var("enroot_image"),
+        return ["bash", kit.file("node/enroot-setup.sh"), Var("enroot_image"),
                 Var("enroot_name"), str(self.config.keep_old), Var("enroot_run"),
                 Var(enroot_scripts.JOBS_VAR)]
 
     def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         # Read-only unless runtime.writable (then a per-job copy): no job writes into a
         # container that a later job starts.
-        out: List[Token] = ["bash", "-c", Var("enroot_start"), "enroot-start"]
+        out: List[Token] = ["bash", kit.file("node/enroot-start.sh"), Var("enroot_names")]
         if self.config.writable:
             out.append("--rw")
+        out += ["--mount", word(kit.KIT, ":", kit.KIT, ":none:x-create=auto,rbind,ro")]
         for bind in self.config.binds:
             out += ["--mount", bind_text(bind, "none:x-create=auto,rbind,ro")]
         if self.config.bind_cwd:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Union
 
+from launcher import kit
 from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, PWD, REGISTRY_SLASH, SCHEME, \
     SQUASHFS, ContainerRuntime, bind_parts, cache_lines, gpu_lines, gpus_requested, \
@@ -63,8 +64,6 @@ class Pyxis(ContainerRuntime):
         local = local_squashfs(self.config.image)
         if local is not None:  # a registry image's name cannot carry a stamp
             out += stamped_name(self.config.container_name, local)
-            out += [Raw("# shellcheck disable=SC2016  # expanded on each node, not here"),
-                    Assign("pyxis_setup", enroot_scripts.PYXIS_SETUP)]
         # pyxis hands the step's environment to Enroot's hooks: the GPUs Slurm gave the job on
         # this node, never the image's `all`, `void` when none.
         out += [Raw('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}"')]
@@ -79,7 +78,7 @@ class Pyxis(ContainerRuntime):
         protocol's, every name the spec or site exports and env.pass's exact names."""
         names = set(KIT_NAMES) | set(CACHE_NAMES) | set(self.spec.env.names) \
             | {n for n, _ in self.spec.site.env} | set(requeue_names(self.spec)) \
-            | {n for n in self.spec.env.passthrough if "*" not in n}
+            | {n for n in self.spec.env.passthrough if "*" not in n} | {kit.LOG_ENV}
         if gpus_requested(self.spec):
             names.add(DRIVER_CAPS)
         return sorted(names)
@@ -88,7 +87,7 @@ class Pyxis(ContainerRuntime):
         # A local image: the kit creates pyxis' container on each node (PYXIS_SETUP).
         if local_squashfs(self.config.image) is None:
             return []
-        return ["bash", "-c", Var("pyxis_setup"), "pyxis-setup", Var("enroot_image"),
+        return ["bash", kit.file("node/pyxis-setup.sh"), Var("enroot_image"),
                 Var("enroot_name"), str(self.config.keep_old)]
 
     def srun_flags(self) -> List[Token]:
@@ -99,14 +98,14 @@ class Pyxis(ContainerRuntime):
         local = image.endswith(SQUASHFS) and not anchored(image)
         out: List[Token] = [literal_or_word("--container-image=", PWD, "/", *expansion_parts(image))
                             if local else literal_or_word("--container-image=", *expansion_parts(image))]
-        mounts = [bind_parts(b, "ro") for b in self.config.binds]
-        if mounts or self.config.bind_cwd:
-            parts: List[Union[str, Var]] = ["--container-mounts="]
-            for i, mount in enumerate(mounts):
-                parts += ([","] if i else []) + mount
-            if self.config.bind_cwd:
-                parts += ["," if mounts else "", PWD, ":", PWD]
-            out.append(literal_or_word(*parts))
+        # The kit first (read-only at its own path: its task scripts, torchrun_jsc, the hook).
+        mounts = [[kit.KIT, ":", kit.KIT, ":ro"]] + [bind_parts(b, "ro") for b in self.config.binds]
+        if self.config.bind_cwd:
+            mounts.append([PWD, ":", PWD])
+        parts: List[Union[str, Var]] = ["--container-mounts="]
+        for i, mount in enumerate(mounts):
+            parts += ([","] if i else []) + mount
+        out.append(literal_or_word(*parts))
         out.append(word("--container-workdir=", PWD))
         out.append(word("--container-env=" + ",".join(self.container_env()),
                         Var("pyxis_env_more")))

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launcher.doctor import local, node
+from launcher.node.doctor import local, node
 from launcher.doctor.ship import node_script
 from tests.helpers.doctor import report as _rep
 

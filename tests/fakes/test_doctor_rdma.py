@@ -10,7 +10,7 @@ import json
 import os
 import socket
 
-from launcher.doctor import node, report
+from launcher.node.doctor import node, report
 
 
 def _conf(**kw):

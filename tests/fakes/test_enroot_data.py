@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from launcher.doctor.local import fs_type, space
+from launcher.node.doctor.local import fs_type, space
 from launcher.doctor.ship import node_config
 from launcher.spec import parse_spec
 from tests.helpers.cluster import Cluster, cleaned

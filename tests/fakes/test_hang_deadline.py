@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 import launcher
-from launcher import hangs_script, stacks, stacks_hook
+from launcher import hangs_script
+from launcher.node import stacks
+from launcher.task.hook import sitecustomize as stacks_hook
 from tests.helpers.cluster import Cluster
 from tests.fakes.test_hangs import JOB, REPO, hook_env
 from tests.helpers.hangprog import STUCK, WAITING

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import cli, hangs_script, stacks, stacks_hook, stacks_step
+from launcher import cli, hangs_script, stacks_step
+from launcher.node import stacks
+from launcher.task.hook import sitecustomize as stacks_hook
 from launcher.jobscript import render_jobscript
 from launcher.spec import load_spec
 from tests.helpers.hangprog import STUCK, WAITING

@@ -1,4 +1,4 @@
-"""Ring 2 for launch mode ray: the node agent (launcher/node/ray.py, run as launcher.ray_node) with a fake `ray` and a
+"""Ring 2 for launch mode ray: the node agent (launcher/task/ray.py, run as launcher.ray_node) with a fake `ray` and a
 fake head port, no Ray and no Slurm; the rendered script under the recording fakes."""
 
 from __future__ import annotations

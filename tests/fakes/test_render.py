@@ -161,7 +161,7 @@ def test_srun_mode_unresolvable_master_fails_loudly(fakes):
 ])
 def test_srun_mode_address_rule(fakes, getent, family, ifname):
     """The task script picks MASTER_ADDR's address by torchrun_jsc's rule (the shipped
-    launcher/net source, run by the fake python3 against the fake network), on every node:
+    launcher/node/net source, run by the fake python3 against the fake network), on every node:
     node 0 owns the address, the others route to it."""
     (fakes.dir / "image.sif").write_text("")
     done = fakes.run(job("ddp_srun"), FAKE_GETENT=getent, TORCHRUN_JSC_ADDRESS_FAMILY=family)
@@ -193,7 +193,7 @@ NET_SHA = hashlib.sha256(shipped.source("net").encode()).hexdigest()
     ("horovod_mpirun", "horovod.sif", 4, True),     # horovod over mpirun
 ])
 def test_task_scripts_run_the_shipped_rule(fakes, name, image, tasks, mpi):
-    """Each task runs launcher/net as shipped (python3 -I -c SOURCE), byte for byte the bundle,
+    """Each task runs launcher/node/net as shipped (python3 -I -c SOURCE), byte for byte the bundle,
     and its program gets the interface the rule picked (dual stack, IPv6 asked for: ib6)."""
     (fakes.dir / image).write_text("")
     done = fakes.run(job(name), FAKE_GETENT="dual", TORCHRUN_JSC_ADDRESS_FAMILY="ipv6")

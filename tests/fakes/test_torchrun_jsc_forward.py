@@ -1,4 +1,4 @@
-"""Ring 2: torchrun_jsc's signal forwarding (launcher/torchrun_jsc/forward.py) with
+"""Ring 2: torchrun_jsc's signal forwarding (launcher/task/torchrun_jsc/forward.py) with
 launcher.requeue: a worker signalled while it is still starting (no handler yet) must neither
 die nor lose the request. Real processes and signals, no torch."""
 
@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 AGENT = r'''
 import os, signal, subprocess, sys, time
-from launcher.torchrun_jsc import forward
+from launcher.task.torchrun_jsc import forward
 forward.install({"TORCHRUN_JSC_FORWARD_SIGNALS": "USR2"})
 child = """
 import time
@@ -37,6 +37,6 @@ def test_early_signal_is_held_until_the_handler_exists():
 
 
 def test_no_signals_named_installs_nothing():
-    from launcher.torchrun_jsc import forward
+    from launcher.task.torchrun_jsc import forward
 
     assert forward.install({}) == ()

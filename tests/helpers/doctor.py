@@ -1,7 +1,7 @@
 """A node's doctor report as the shipped collector reads it, for the doctor's ring-1 and ring-2
 tests (tests/unit/test_doctor.py, tests/fakes/test_doctor.py)."""
 
-from launcher.doctor import node
+from launcher.node.doctor import node
 
 
 def report(name, nodeid, addr, **crosses):

@@ -423,7 +423,7 @@ FAKE_ADDRESSES = {"": ("10.0.0.1",), "loopback_first": ("127.0.1.1", "10.0.0.1")
 
 def is_net_rule(argv: List[str]) -> bool:
     """The task scripts' interface step: `python3 -I -c SOURCE [--mpi] MASTER_ADDR` with the
-    shipped launcher/net bundle (launcher/shipped.py) as SOURCE."""
+    shipped launcher/node/net bundle (launcher/shipped.py) as SOURCE."""
     return argv[:2] == ["-I", "-c"] and len(argv) > 2 and "sys.exit(task_env_main(" in argv[2]
 
 

@@ -6,8 +6,8 @@ rdzv_conf (is_host appended) and local_addr (when unset) may differ.
 
 import pytest
 
-from launcher.torchrun_jsc import request_from_args
-from launcher.torchrun_jsc.decide import NetFacts, apply, decide
+from launcher.task.torchrun_jsc import request_from_args
+from launcher.task.torchrun_jsc.decide import NetFacts, apply, decide
 
 PEER = NetFacts(("10.67.0.1",), (), "10.67.0.2", "jwb0002i")
 BASE = ["--rdzv-backend=c10d", "--rdzv-endpoint=jwb0001i:29500", "--nnodes=2"]

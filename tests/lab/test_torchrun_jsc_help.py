@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.torchrun_jsc import usage
+from launcher.task.torchrun_jsc import usage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def test_same_namespace_as_torchs_parser(argv):
 
 
 def test_help_names_torchrun_jsc_and_lists_torchs_options_and_our_variables():
-    p = subprocess.run([sys.executable, "-m", "launcher.torchrun_jsc", "--help"], cwd=ROOT,
+    p = subprocess.run([sys.executable, "-m", "launcher.task.torchrun_jsc", "--help"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, check=False)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage: torchrun_jsc [-h] ")

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from launcher.torchrun_jsc import torch_version
+from launcher.task.torchrun_jsc import torch_version
 from tests.helpers import jscnet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def launch(net: jscnet.JscNet, launcher: List[str], endpoint: str, hosts: str,
     return net.run_all(argv, hosts, str(ROOT), NODE_TIMEOUT_S, env_per_node)
 
 
-TORCHRUN_JSC = [PYTHON, "-m", "launcher.torchrun_jsc"]
+TORCHRUN_JSC = [PYTHON, "-m", "launcher.task.torchrun_jsc"]
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]  # = torchrun (torch 1.9 has no script)
 SLURM = {n: {"SLURM_NODEID": str(i), "SLURM_JOB_ID": "42"} for i, n in enumerate(jscnet.NODES)}
 
@@ -111,7 +111,7 @@ def test_namespace_matches_this_torchs_own_parse_args(argv):
     """Issue 30: with PYTHON's torch (1.9 under make test's oldest-torch run), torchrun_jsc's
     namespace is the one torch's own entry point builds, legacy options included."""
     code = ("import sys, json; from torch.distributed import run as r; "
-            "from launcher.torchrun_jsc import usage; a = sys.argv[1:]; "
+            "from launcher.task.torchrun_jsc import usage; a = sys.argv[1:]; "
             "print(json.dumps([sorted(vars(usage.parser(r).parse_args(a)).items()), "
             "sorted(vars(r.parse_args(a)).items())], default=str))")
     p = subprocess.run([PYTHON, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True,
@@ -196,8 +196,8 @@ def test_address_family_override_ipv6(net, release):
 
 def test_unknown_name_fails_within_2_s(net):
     """The resolver deadline is 12 s, but a name that does not exist is answered at once."""
-    code = ("import time; from launcher.torchrun_jsc import netinfo\n"
-            "from launcher.torchrun_jsc.decide import Endpoint, LaunchError\n"
+    code = ("import time; from launcher.task.torchrun_jsc import netinfo\n"
+            "from launcher.task.torchrun_jsc.decide import Endpoint, LaunchError\n"
             "t = time.monotonic()\n"
             "try: netinfo.resolve(Endpoint('nosuchhost.invalid', 1))\n"
             "except LaunchError as e: print('ERR', e)\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TORCHRUN_JSC = [sys.executable, "-m", "launcher.torchrun_jsc"]
+TORCHRUN_JSC = [sys.executable, "-m", "launcher.task.torchrun_jsc"]
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:
@@ -45,7 +45,7 @@ def test_torch_older_than_1_9_is_refused_in_one_line(tmp_path):
     fake = tmp_path / "torch"
     fake.mkdir()
     (fake / "__init__.py").write_text("__version__ = '1.8.1'\n")
-    p = subprocess.run([sys.executable, "-c", "import sys; from launcher.torchrun_jsc import main;"
+    p = subprocess.run([sys.executable, "-c", "import sys; from launcher.task.torchrun_jsc import main;"
                         " sys.exit(main(['--nnodes=2', 't.py']))"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60,
                        env={"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"})

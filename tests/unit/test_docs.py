@@ -18,7 +18,7 @@ import pytest
 from launcher import spec as spec_module
 from launcher.cli import _parser
 from launcher.model import SpecError
-from launcher.torchrun_jsc import usage
+from launcher.task.torchrun_jsc import usage
 from launcher.yamlread import Reader
 
 ROOT = Path(__file__).resolve().parents[2]

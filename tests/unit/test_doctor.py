@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.doctor import node, report
+from launcher.node.doctor import node, report
 from launcher.doctor.ship import node_config, node_script
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
@@ -96,7 +96,7 @@ def test_shipped_script_is_one_standalone_program():
     text = node_script()
     compile(text, "doctor", "exec")
     assert "from __future__" not in text and "from launcher" not in text  # Python 3.6, alone
-    assert "def candidates(" in text and "def find_route(" in text  # the one rule, launcher/net
+    assert "def candidates(" in text and "def find_route(" in text  # the one rule, launcher/node/net
     assert "def run_node(" in text and "def render_table(" in text
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.doctor import local, node
+from launcher.node.doctor import local, node
 
 OK_FACTS = {"ib_dev": ["rdma_cm", "uverbs0"], "verbs": "", "providers": ["efa", "mlx5"]}
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import hangs_script, stacks
+from launcher import hangs_script
+from launcher.node import stacks
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import load_spec, parse_spec

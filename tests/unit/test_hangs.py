@@ -11,7 +11,8 @@ import subprocess
 import pytest
 import yaml
 
-from launcher import cli, hangs_script, stacks, stacks_step
+from launcher import cli, hangs_script, stacks_step
+from launcher.node import stacks
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import MODES, plan_launch

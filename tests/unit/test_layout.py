@@ -1,11 +1,10 @@
 """Ring 1: where code runs (docs/development/index.md#where-code-runs), and no import cycle.
 
 NODE_SIDE below is the one list of what runs on the compute nodes. A package stands for itself
-and every module in it, so a new node-side package (launcher/net/) is one line here and one
+and every module in it, so a new node-side package (launcher/node/net/) is one line here and one
 name in the docs' table. Every other module under launcher/ is the login node's composer
 (spec, modes, runtimes, rendering, the CLI). The rule: node-side code never imports composer
-code nor PyYAML; the node side may import the package roots above it (``launcher``,
-``launcher.doctor``), which are checked by the same rule.
+code nor PyYAML; the node side may import the package roots above it (``launcher``), which are checked by the same rule.
 
 Checked three ways: each node-side module imported in a fresh interpreter loads no composer
 module and no yaml; the static imports of the node side (module level and inside functions,
@@ -32,20 +31,26 @@ DOCS = ROOT / "docs/development/index.md"
 
 NODE_SIDE = (
     "launcher.slurm",  # hostlist expansion, the port rule (the composer uses them too)
-    "launcher.node",  # the node agents (Ray) and their child processes
-    "launcher.ray_node",  # the Ray agent's entry point, as the jobs name it
-    "launcher.torchrun_jsc",  # the per-node torchrun
+    "launcher.node",  # outside the container: host python3, stdlib only (test_node_code.py)
+    "launcher.task",  # in the tasks' Python: torchrun_jsc, the stack hook, the Ray agent
     "launcher.requeue",  # imported by the training program
     "launcher.gpu",  # imported by the training program
-    "launcher.stacks",  # node half run as shipped text; report half imported by the CLI
-    "launcher.stacks_hook",  # written into the job as every rank's sitecustomize
-    "launcher.doctor.node",  # the doctor's shipped checks (launcher.doctor.ship)
-    "launcher.doctor.local",
-    "launcher.doctor.report",
-    "launcher.net",  # THE address and interface rule: torchrun_jsc, shipped to every task script
+)
+    "launcher.node",  # the node agents (Ray) and their child processes
+    "launcher.ray_node",  # the Ray agent's entry point, as the jobs name it
+    "launcher.task.torchrun_jsc",  # the per-node torchrun
+    "launcher.requeue",  # imported by the training program
+    "launcher.gpu",  # imported by the training program
+    "launcher.node.stacks",  # node half run as shipped text; report half imported by the CLI
+    "launcher.task.hook.sitecustomize",  # written into the job as every rank's sitecustomize
+    "launcher.node.doctor.node",  # the doctor's shipped checks (launcher.doctor.ship)
+    "launcher.node.doctor.local",
+    "launcher.node.doctor.report",
+    "launcher.node.net",  # THE address and interface rule: torchrun_jsc, shipped to every task script
 )
 # Importing these runs them (sys.exit(main())): statically checked only.
-PROGRAMS = {"launcher.torchrun_jsc.__main__"}
+PROGRAMS = {"launcher.task.torchrun_jsc.__main__", "launcher.node.run", "launcher.task.run",
+            "launcher.task.hook.sitecustomize"}
 
 
 def module_names() -> Dict[str, Path]:
@@ -121,8 +126,8 @@ def test_the_layout_has_both_sides():
     assert {"launcher.cli", "launcher.spec", "launcher.modes", "launcher.modes.ray",
             "launcher.runtimes", "launcher.jobscript", "launcher.preview", "launcher.model",
             "launcher.yamlread", "launcher.shell", "launcher.doctor.ship"} <= COMPOSER
-    assert {"launcher.node.ray", "launcher.node.procs", "launcher.torchrun_jsc.decide"} <= NODE
-    assert ROOTS == {"launcher", "launcher.doctor"}
+    assert {"launcher.task.ray", "launcher.task.procs", "launcher.task.torchrun_jsc.decide"} <= NODE
+    assert ROOTS == {"launcher"}
 
 
 @pytest.mark.parametrize("name", sorted((NODE | ROOTS) - PROGRAMS))
@@ -191,9 +196,9 @@ def test_cycles_finds_a_cycle():
 def test_import_graph_sees_lazy_and_relative_imports():
     """The graph is what the two tests below rely on: a function-level import (the one that
     closed the old cycle sat in a function), relative imports, packages run on the way."""
-    assert "launcher.torchrun_jsc.compat" in GRAPH["launcher.torchrun_jsc"]  # in a function
-    assert "launcher.torchrun_jsc.forward" in GRAPH["launcher.torchrun_jsc"]  # relative
-    assert {"launcher.node", "launcher.node.ray"} <= GRAPH["launcher.modes.ray"]
+    assert "launcher.task.torchrun_jsc.compat" in GRAPH["launcher.task.torchrun_jsc"]  # in a function
+    assert "launcher.task.torchrun_jsc.forward" in GRAPH["launcher.task.torchrun_jsc"]  # relative
+    assert {"launcher.task", "launcher.task.ray"} <= GRAPH["launcher.modes.ray"]
     assert "launcher.modes" not in GRAPH["launcher.modes.ray"]  # its own package
 
 

@@ -1,5 +1,5 @@
 """Ring 1 for launch mode ray: the rendered launch, spec errors, the node agent's argv,
-environment and errors (launcher/node/ray.py, started as launcher.ray_node), no Ray and no
+environment and errors (launcher/task/ray.py, started as launcher.ray_node), no Ray and no
 Slurm.
 
 The agent with a fake `ray`: tests/fakes/test_mode_ray.py; the real thing (Ray on 2 nodes,
@@ -20,8 +20,8 @@ from launcher.modes.ray import RUN_MODULE
 from launcher.preview import render_preview
 from launcher.spec import parse_spec
 from launcher.shell import join
-from launcher.torchrun_jsc.addresses import LaunchError
-from launcher.torchrun_jsc.decide import Endpoint
+from launcher.task.torchrun_jsc.addresses import LaunchError
+from launcher.task.torchrun_jsc.decide import Endpoint
 
 BASE = "job: {nodes: 2}\nsite: jsc\nprogram: [python3, -u, d.py, 'a b', '$(x)']\n"
 
@@ -141,7 +141,7 @@ def test_env_user_values_win():
     assert env["RAY_AUTH_MODE"] == "disabled"
     assert ray_node.ray_env({"RAY_AUTH_MODE": "token"}, opts(), node, "/t")["RAY_AUTH_MODE"] \
         == "token"
-    # launcher/net's one rule: your GLOO_SOCKET_IFNAME is NCCL's too; empty counts as unset.
+    # launcher/node/net's one rule: your GLOO_SOCKET_IFNAME is NCCL's too; empty counts as unset.
     env = ray_node.ray_env({"GLOO_SOCKET_IFNAME": "eth1"}, opts(), node, "/t")
     assert env["GLOO_SOCKET_IFNAME"] == "eth1" and env["NCCL_SOCKET_IFNAME"] == "=eth1"
     env = ray_node.ray_env({"GLOO_SOCKET_IFNAME": ""}, opts(), node, "/t")

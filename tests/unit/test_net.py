@@ -1,4 +1,4 @@
-"""Ring 1: the one address and interface rule (launcher/net) on fakes (no torch, no real DNS):
+"""Ring 1: the one address and interface rule (launcher/node/net) on fakes (no torch, no real DNS):
 the pure rule, resolving, torchrun_jsc's probe, and one table of cases run through the task
 scripts' entry point both as imported and as the shipped ``python3 -c`` source.
 
@@ -15,11 +15,11 @@ from typing import Dict, List, Optional
 import pytest
 
 from launcher import shipped
-from launcher.net import probe as netprobe
-from launcher.net.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, LaunchError, address_family,
+from launcher.node.net import probe as netprobe
+from launcher.node.net.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, LaunchError, address_family,
                                     candidates, is_loopback, resolve_timeout)
-from launcher.torchrun_jsc import netinfo
-from launcher.torchrun_jsc.decide import Endpoint
+from launcher.task.torchrun_jsc import netinfo
+from launcher.task.torchrun_jsc.decide import Endpoint
 
 EP = Endpoint("node0", 29400)
 

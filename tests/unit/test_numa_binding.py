@@ -17,7 +17,7 @@ import pytest
 from launcher.jobscript import render_jobscript
 from launcher.modes.common import NUMA_BINDINGS
 from launcher.spec import parse_spec
-from launcher.torchrun_jsc import usage
+from launcher.task.torchrun_jsc import usage
 from tests.unit.test_spec_traps import error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ FAKE_TORCH = textwrap.dedent("""\
     run.get_args_parser = lambda: torch_parser(WITH_FLAG)
     torch.distributed = dist; dist.run = run
     sys.modules.update({"torch": torch, "torch.distributed": dist, "torch.distributed.run": run})
-    from launcher.torchrun_jsc import main
+    from launcher.task.torchrun_jsc import main
     sys.exit(main(["--nnodes=2", "--numa-binding=node", "--no-python", "train.py"]))
 """)
 

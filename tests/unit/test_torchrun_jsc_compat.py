@@ -12,7 +12,7 @@ from typing import Optional
 
 import pytest
 
-from launcher.torchrun_jsc import compat
+from launcher.task.torchrun_jsc import compat
 
 API = "torch.distributed.elastic.rendezvous.api"
 
@@ -56,8 +56,8 @@ def test_no_torch(monkeypatch):
 
 def test_module_import_does_not_import_torch():
     import subprocess
-    code = ("import sys, launcher.torchrun_jsc, launcher.torchrun_jsc.compat, "
-            "launcher.torchrun_jsc.netinfo; print('torch' in sys.modules)")
+    code = ("import sys, launcher.task.torchrun_jsc, launcher.task.torchrun_jsc.compat, "
+            "launcher.task.torchrun_jsc.netinfo; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"

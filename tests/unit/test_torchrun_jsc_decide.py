@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from launcher.torchrun_jsc.decide import (
+from launcher.task.torchrun_jsc.decide import (
     Endpoint, LaunchError, NetFacts, Request, apply, decide, describe, parse_endpoint)
 
 EP = "jwb0001i:29400"
@@ -147,7 +147,7 @@ def test_socket_ifname_set_only_when_unset():
         "GLOO_SOCKET_IFNAME": "jwb0002i", "NCCL_SOCKET_IFNAME": "=jwb0002i"}
     d = decide(req({"NCCL_SOCKET_IFNAME": "ib0"}), PEER_NET)
     assert dict(d.worker_env) == {"GLOO_SOCKET_IFNAME": "jwb0002i"}
-    # Your GLOO_SOCKET_IFNAME is NCCL's too (launcher/net's one rule, as in the task scripts).
+    # Your GLOO_SOCKET_IFNAME is NCCL's too (launcher/node/net's one rule, as in the task scripts).
     d = decide(req({"GLOO_SOCKET_IFNAME": "eth1"}), PEER_NET)
     assert dict(d.worker_env) == {"NCCL_SOCKET_IFNAME": "=eth1"}
     d = decide(req({"GLOO_SOCKET_IFNAME": "", "NCCL_SOCKET_IFNAME": ""}), PEER_NET)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.torchrun_jsc import usage
+from launcher.task.torchrun_jsc import usage
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_TORCH = "import sys; sys.modules['torch'] = None; "
@@ -23,7 +23,7 @@ def python(code: str) -> subprocess.CompletedProcess:
 
 
 def test_help_lists_every_variable_the_launcher_reads():
-    sources = [p for p in (ROOT / "launcher/torchrun_jsc").glob("*.py") if p.name != "usage.py"]
+    sources = [p for p in (ROOT / "launcher/task/torchrun_jsc").glob("*.py") if p.name != "usage.py"]
     read = {m for p in sources for m in re.findall(r"TORCHRUN_JSC_[A-Z_]+", p.read_text())}
     listed = {re.match(r"\w+", name).group(0) for name, _ in usage.ENV_VARS}
     assert read, "no TORCHRUN_JSC_* name found in the launcher's sources"
@@ -33,7 +33,7 @@ def test_help_lists_every_variable_the_launcher_reads():
 
 
 def test_torchrun_jsc_help_without_torch():
-    p = python(NO_TORCH + "from launcher.torchrun_jsc import main; sys.exit(main(['--help']))")
+    p = python(NO_TORCH + "from launcher.task.torchrun_jsc import main; sys.exit(main(['--help']))")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage: torchrun_jsc ")
     assert "torch is not importable here" in p.stdout and "needs torch >= 1.9" in p.stdout
@@ -44,7 +44,7 @@ def test_torchrun_jsc_help_without_torch():
 
 
 def test_torchrun_jsc_without_torch_refuses_to_launch_in_one_line():
-    p = python(NO_TORCH + "from launcher.torchrun_jsc import main; "
+    p = python(NO_TORCH + "from launcher.task.torchrun_jsc import main; "
                "sys.exit(main(['--nnodes=2', 'train.py']))")
     assert p.returncode == 2
     assert p.stdout == "" and len(p.stderr.splitlines()) == 1
@@ -95,7 +95,7 @@ def _stub_torch_run():
 
 def test_version_names_this_distribution_without_torch():
     """JSC's PyPI torchrun_jsc owns the same command name; --version tells them apart."""
-    p = python(NO_TORCH + "from launcher.torchrun_jsc import main; sys.exit(main(['--version']))")
+    p = python(NO_TORCH + "from launcher.task.torchrun_jsc import main; sys.exit(main(['--version']))")
     assert p.returncode == 0, p.stderr
     from launcher import __version__
     assert p.stdout.startswith(f"torchrun_jsc {__version__} (torchrun-jsc-kit, ")

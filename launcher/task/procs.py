@@ -1,4 +1,4 @@
-"""Child processes of the Ray node agent (launcher/node/ray.py): start, stop, leave nothing.
+"""Child processes of the Ray node agent (launcher/task/ray.py): start, stop, leave nothing.
 
 Where it sits: spec -> mode ray -> jobscript -> srun -> node.ray -> **procs** (``ray start
 --block`` and the driver). Each child gets a session of its own and dies with the agent

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Tuple
 
-from launcher.net.addresses import LaunchError, candidates, is_loopback
-from launcher.net.probe import socket_env
+from launcher.node.net.addresses import LaunchError, candidates, is_loopback
+from launcher.node.net.probe import socket_env
 
 DEFAULT_PORT = 29400  # torch's c10d default port (c10d_rendezvous_backend.DEFAULT_PORT)
 MIN_TORCH = (1, 9)  # the first torch with torchrun; the one place this minimum is written
@@ -254,7 +254,7 @@ def _ipv4_store_only(req: Request, net: NetFacts, local_addr: Optional[str],
 def _worker_env(req: Request, net: NetFacts,
                 local_addr: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     """The socket interface for the workers, where the user set none, by the one rule of
-    launcher/net (``probe.socket_env``: gloo a plain name, NCCL its exact form ``=NAME``, a
+    launcher/node/net (``probe.socket_env``: gloo a plain name, NCCL its exact form ``=NAME``, a
     GLOO_SOCKET_IFNAME of yours is NCCL's too). Only when local_addr is the address found
     on that interface."""
     ifname = net.source_ifname

@@ -3,7 +3,7 @@ reaches it. The only module of the rule that touches sockets.
 
 Where it sits: host -> ``resolve_host`` -> ``addresses.candidates`` -> ``find_route`` (a
 ``Route``: the address, the source address the kernel picks towards it, its interface) ->
-torchrun_jsc (launcher/torchrun_jsc/netinfo.py), the Ray agent, the doctor, and every task
+torchrun_jsc (launcher/task/torchrun_jsc/netinfo.py), the Ray agent, the doctor, and every task
 script through ``task_env_main`` (shipped as ``python3 -c`` source, launcher/shipped.py).
 No reverse DNS anywhere (an interface address without a name must not matter), nothing that
 can hang: name resolution runs in a daemon thread with a deadline, and the source address is
@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from launcher.net.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, ENDPOINT_FLAG, LaunchError,
+from launcher.node.net.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, ENDPOINT_FLAG, LaunchError,
                                     address_family, candidates, resolve_timeout)
 
 GLOO_VAR, NCCL_VAR = "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"

@@ -1,6 +1,6 @@
 """The doctor's reports -> one verdict: the node x check table (or JSON) and the exit status.
 
-Where it sits: launcher.doctor.node (one report per node) -> **report** -> the job log
+Where it sits: launcher.node.doctor.node (one report per node) -> **report** -> the job log
 (``launch.preflight``) or the CLI (``python -m launcher doctor``). Shipped with node.py as
 one standard-library script (launcher.doctor.ship); ``main`` is that script's entry point:
 ``node CONFIG HOST PORT -- WRAP...`` on each node, ``table|json CONFIG NODES`` to collect.
@@ -11,8 +11,8 @@ import os
 import sys
 import time
 
-from launcher.doctor.local import cell
-from launcher.doctor.node import COLUMNS, MARK, run_node
+from launcher.node.doctor.local import cell
+from launcher.node.doctor.node import COLUMNS, MARK, run_node
 
 RESULT_MARK = "torchrun-jsc-doctor-result "  # the collected reports, for the CLI
 CELL_WIDTH = 30  # the table cuts longer cells with '...'; the lines below it are complete

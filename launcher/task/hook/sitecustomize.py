@@ -3,7 +3,7 @@
 Where it sits: spec -> jobscript (launcher.hangs_script writes this file's text into the
 job's directory ``.hangs/JOBID/hook/``; each task's prelude, its HOOK_PRELUDE, puts that
 first on PYTHONPATH inside the container) -> every Python process of the job imports it at
-start-up -> ``launcher.stacks`` (``jsc-compose stacks JOBID``, or the jobscript before the job
+start-up -> ``launcher.node.stacks`` (``jsc-compose stacks JOBID``, or the jobscript before the job
 is killed) signals the ranks and reads what they wrote.
 
 Standard library only, Python >= 3.6, no output, never raises. It arms only a process that
@@ -27,7 +27,7 @@ many collectives this rank has issued (torch's per-group sequence numbers, summe
 process group, once torch.distributed is imported: nothing is patched or wrapped) and how often
 the program called ``launcher.progress()``; when either moved it rewrites the one-line mark
 ``progress/rank-R``. At exit the mark says done. The watcher in the batch shell
-(launcher.stacks ``watch``) reads the marks. Nothing runs per step.
+(launcher.node.stacks ``watch``) reads the marks. Nothing runs per step.
 """
 
 import os

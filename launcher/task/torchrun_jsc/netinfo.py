@@ -1,12 +1,12 @@
-"""Probe the network once for torchrun_jsc, by the one rule of launcher/net/probe.py.
+"""Probe the network once for torchrun_jsc, by the one rule of launcher/node/net/probe.py.
 
 Where it sits: endpoint -> ``probe()`` -> ``NetFacts`` (a value) -> ``decide.decide``.
 """
 
 from __future__ import annotations
 
-from launcher.net.addresses import DEFAULT_RESOLVE_TIMEOUT_S
-from launcher.net.probe import find_route, interface_addresses, resolve_host, \
+from launcher.node.net.addresses import DEFAULT_RESOLVE_TIMEOUT_S
+from launcher.node.net.probe import find_route, interface_addresses, resolve_host, \
     source_address  # noqa: F401  (interface_addresses, source_address: kept importable)
 from typing import Tuple
 

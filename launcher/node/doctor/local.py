@@ -1,7 +1,7 @@
 """The doctor's checks that need no other node: binds, the image, inside the container, GPUs,
 Enroot's free space.
 
-Where it sits: launcher.doctor.node runs these beside the network exchange on each node.
+Where it sits: launcher.node.doctor.node runs these beside the network exchange on each node.
 Shipped as text with node.py (launcher.doctor.ship): standard library only, no imports from
 the kit, results as ``cell`` dicts (ok True/False/None, the value, the cause).
 """
@@ -236,8 +236,12 @@ def fs_type(path, mounts):
 
 def data_path(conf, env):
     """Enroot's data path on this node, asked the way the set-up asks it (the kit's
-    enroot_data_path, launcher/runtimes/enroot_scripts.py: `enroot info`, else Enroot's rule)."""
-    got = subprocess.run(["bash", "-c", conf["enroot_data"]], env=env, stdout=subprocess.PIPE,
+    enroot_data_path, launcher/node/enroot-lib.sh: `enroot info`, else Enroot's rule)."""
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "enroot-lib.sh")
+    script = 'source "$1" && enroot_data_path'
+    got = subprocess.run(["bash", "-c", script, "enroot-data", lib], env=env,
+                         stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True,
                          timeout=conf.get("timeout", 5.0))
     return got.stdout.strip() if got.returncode == 0 else ""

@@ -16,7 +16,7 @@ success, failure and cancel. symmetric-run (Ray >= 2.49) starts the workers with
 missing nodes, exits 0 when the head fails to start, handles SIGINT only, and stops only its
 own node: the workers linger until their raylets time out on the lost GCS (60 s).
 
-Per node (child processes: launcher/node/procs.py): ``ray start --block`` (its processes stay our descendants, so Slurm can always
+Per node (child processes: launcher/task/procs.py): ``ray start --block`` (its processes stay our descendants, so Slurm can always
 signal them) with ``--node-ip-address`` = this node's inter-node address, ``--node-name`` =
 the Slurm node name, a node-local per-job ``--temp-dir`` (Unix socket paths must stay under
 107 bytes), CPUs and GPUs from the allocation, no dashboard. Node 0 starts the head, waits
@@ -40,11 +40,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from launcher.net.probe import socket_env
-from launcher.node.procs import PROG, Stop, raise_stop, start, stop
-from launcher.torchrun_jsc.addresses import LaunchError, address_family, candidates
-from launcher.torchrun_jsc.decide import Endpoint
-from launcher.torchrun_jsc import netinfo
+from launcher.node.net.probe import socket_env
+from launcher.task.procs import PROG, Stop, raise_stop, start, stop
+from launcher.task.torchrun_jsc.addresses import LaunchError, address_family, candidates
+from launcher.task.torchrun_jsc.decide import Endpoint
+from launcher.task.torchrun_jsc import netinfo
 from launcher.slurm import expand_nodelist
 
 DEFAULT_JOIN_TIMEOUT_S = 120.0
@@ -189,7 +189,7 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 def ray_env(env: Mapping[str, str], opts: Options, node: Node, temp_dir: str) -> Dict[str, str]:
     """The environment of `ray start` (and so of every Ray worker on the node) and the driver.
 
-    The user's values win: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME (launcher/net's rule,
+    The user's values win: GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME (launcher/node/net's rule,
     ``probe.socket_env``), MASTER_ADDR."""
     out = dict(env)
     out.update(socket_env(env, node.ifname))

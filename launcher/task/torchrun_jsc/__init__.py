@@ -23,7 +23,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import List, Mapping, Optional, Tuple
 
-from launcher.net.addresses import address_family, resolve_timeout
+from launcher.node.net.addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, MIN_TORCH_TEXT, parse_endpoint, passthrough_reason)
 from . import forward, usage

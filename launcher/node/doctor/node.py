@@ -2,10 +2,10 @@
 
 Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node** (one task
 per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
-line) -> launcher.doctor.report (the reports -> the table or JSON, exit status). The first
+line) -> launcher.node.doctor.report (the reports -> the table or JSON, exit status). The first
 node listens on the rendezvous port and answers each other node with its clock; the others
 resolve the name, connect and measure. Shipped to the nodes as source with the rule of
-launcher/net and the node-local checks of launcher/doctor/local.py (launcher/shipped.py,
+launcher/node/net and the node-local checks of launcher/node/doctor/local.py (launcher/shipped.py,
 bundle "doctor"), so it needs the standard library only and runs with the node's python3. Every check has its own deadline and the node side ends with ``os._exit``, so a
 hung filesystem or a dropped packet costs seconds, not the step.
 """
@@ -16,9 +16,9 @@ import socket
 import threading
 import time
 
-from launcher.doctor.local import binds, cell, image, inside, rdma_host, space
-from launcher.net.addresses import address_family, candidates
-from launcher.net.probe import interface_addresses, source_address
+from launcher.node.doctor.local import binds, cell, image, inside, rdma_host, space
+from launcher.node.net.addresses import address_family, candidates
+from launcher.node.net.probe import interface_addresses, source_address
 
 MARK = "torchrun-jsc-doctor-report "
 COLUMNS = ("name", "same", "first", "tcp", "iface", "binds", "image", "inside", "gpus",
@@ -180,7 +180,7 @@ def _answer(s, t0, where, skew_max):
 def iface(addr, env):
     """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc and the
     task scripts would pick towards ``addr`` (the address the name check chose by the same
-    rule; None: the name does not resolve), by launcher/net/probe.py."""
+    rule; None: the name does not resolve), by launcher/node/net/probe.py."""
     names = {n for _, n in socket.if_nameindex()}
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = env.get(var, "")

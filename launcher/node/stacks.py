@@ -1,6 +1,6 @@
 """Every rank's Python stack, grouped: ``jsc-compose stacks JOBID`` and the jobscript's last word.
 
-Where it sits: launcher.stacks_hook (armed in every rank at start-up) -> **stacks**: ``node``
+Where it sits: launcher.task.hook.sitecustomize (armed in every rank at start-up) -> **stacks**: ``node``
 runs once per node (an ``srun --overlap`` step, or the jobscript's own step before the job
 is killed) and signals the job's armed ranks on that node, waits for their dumps and prints
 one JSON line per rank; ``report`` reads those lines from every node and prints the ranks
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-DIR_ENV = "TORCHRUN_JSC_STACKS"  # as in launcher/stacks_hook.py
+DIR_ENV = "TORCHRUN_JSC_STACKS"  # as in launcher/task/hook/sitecustomize.py
 SIGNAL = signal.SIGURG  # default action: ignored, so unarmed processes are not disturbed
 WAIT_S = 10.0  # how long a node waits for its ranks' dumps
 _HEADER = re.compile(r"# jsc-stacks (.*)")

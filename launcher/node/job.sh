@@ -1,0 +1,312 @@
+# shellcheck shell=bash
+# The kit's functions for the batch script, sourced by every jobscript the composer renders:
+#     source "$kit/node/job.sh" VERSION
+# The jobscript says what (its spec's values, as arguments); these say how. Bash, run on the
+# first node of the allocation; node-side Python is started as python3 -I "$kit/node/run.py".
+# docs/development/node-code.md. Names: jsc_* functions; the variables they set are named
+# where they are set.
+
+# The jobscript was rendered by kit VERSION: this copy must be the same one.
+jsc_kit_version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$kit/__init__.py")
+if [ "$jsc_kit_version" != "${1:-}" ]; then
+    echo "jsc-compose: this jobscript was rendered by torchrun-jsc-kit ${1:-?}, but the kit at" \
+        "$kit is ${jsc_kit_version:-unreadable}: render it again with this kit" \
+        "(jsc-compose render/submit) or install ${1:-?} there" >&2
+    return 1
+fi
+# Node 0's torchrun_jsc (launcher/task/run.py) names the kit it runs in the job's log.
+export TORCHRUN_JSC_KIT_LOG=1
+
+# cpus_per_node: the CPUs of one task per node, the smallest node's count in
+# SLURM_JOB_CPUS_PER_NODE (e.g. 48(x2),32). Every srun asks for its own on its command line
+# (--cpus-per-task; Slurm >= 23.11 ignores SRUN_CPUS_PER_TASK, and a bound task's workers all
+# share its CPUs). Under one thread per core (--hint=nomultithread, --threads-per-core=1)
+# those counts are hardware threads, a step may use one per core and srun refuses more ("More
+# processors requested than permitted"): count cores, by the node's ThreadsPerCore in Slurm's
+# own record.
+jsc_cpus_per_node() {
+    local counts count node_info threads_per_core=1
+    cpus_per_node=''
+    IFS=, read -ra counts <<<"$SLURM_JOB_CPUS_PER_NODE"
+    for count in "${counts[@]}"; do
+        count=${count%%(*}
+        if [ -z "$cpus_per_node" ] || [ "$count" -lt "$cpus_per_node" ]; then cpus_per_node=$count; fi
+    done
+    case "${SLURM_HINT:-},${SLURM_THREADS_PER_CORE:-}" in
+        *nomultithread*|*,1)
+            node_info=$(scontrol show node "${SLURMD_NODENAME:-$(hostname)}") || node_info=""
+            case "$node_info" in
+                *ThreadsPerCore=[0-9]*)
+                    threads_per_core=${node_info##*ThreadsPerCore=}
+                    threads_per_core=${threads_per_core%%[!0-9]*} ;;
+            esac
+            if [ "$threads_per_core" -gt 1 ] && [ "$cpus_per_node" -ge "$threads_per_core" ]; then
+                cpus_per_node=$((cpus_per_node / threads_per_core))
+            fi ;;
+    esac
+}
+
+# hostnames: the allocation's nodes, one per line; first_node: the first (the rendezvous runs
+# there); no fallback.
+jsc_first_node() {
+    hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"
+    first_node="${hostnames%%$'\n'*}"
+    if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; return 1; fi
+}
+
+# host_suffix: the first of SUFFIX... whose NODE+SUFFIX resolves here (launcher/internode.py:
+# a site profile's rule). Outside the job's nodes (no SLURMD_NODENAME: an salloc shell on a
+# login node) the first one, with one line; on a node where none resolves, one line and 1.
+jsc_pick_host_suffix() {  # NODE SUFFIX...
+    local suffix tried=""
+    for suffix in "${@:2}"; do
+        if getent hosts "$1$suffix" >/dev/null; then host_suffix=$suffix; return 0; fi
+        tried+="${tried:+, }$1$suffix"
+    done
+    if [ -z "${SLURMD_NODENAME:-}" ]; then
+        host_suffix=$2
+        echo "jsc-compose: $1$2 does not resolve on $(hostname), outside the job's nodes" \
+            "(tried $tried): using it as the inter-node name" >&2
+        return 0
+    fi
+    echo "jsc-compose: no inter-node name of $1 resolves (SYSTEMNAME ${SYSTEMNAME:-unset};" \
+        "tried $tried): set site.hostname_suffix in the spec" >&2
+    return 1
+}
+
+# rdzv_port: BASE + job id % SPAN (launcher/slurm.py), or, when something on the first node
+# (this one) already listens there (another job, ids SPAN apart), the next free one up,
+# wrapping inside the span (a connection that succeeds: something listens there).
+jsc_rdzv_port() {  # HOST BASE SPAN TRIES
+    local _
+    rdzv_port=$(($2 + SLURM_JOB_ID % $3))
+    for _ in $(seq "$4"); do
+        (: <"/dev/tcp/$1/$rdzv_port") 2>/dev/null || break
+        rdzv_port=$(($2 + (rdzv_port - $2 + 1) % $3))
+    done
+}
+
+# Stop the job where a path cannot be bound by RUNTIME (its bind syntax separates with the
+# characters PATTERN matches, WHAT in words): the kit's directory, the submit directory.
+jsc_bindable() {  # RUNTIME PATTERN WHAT PATH...
+    local path
+    for path in "${@:4}"; do
+        # shellcheck disable=SC2254  # a pattern
+        case "$path" in $2)
+            echo "$1 cannot bind $path (it contains $3)" >&2; exit 1 ;;
+        esac
+    done
+}
+
+# Caches (Enroot, pyxis): the container's root is read-only and $HOME is not mounted, so
+# Triton (torch.compile), Hugging Face, torch hub and pip write to a node-local per-user
+# directory unless set (docs/guide/runtimes.md: Caches).
+jsc_cache_env() {
+    export TORCHRUN_JSC_CACHE="${TORCHRUN_JSC_CACHE:-/tmp/torchrun-jsc-cache-$UID}"
+    export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$TORCHRUN_JSC_CACHE}"
+    export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$XDG_CACHE_HOME/triton}" \
+        HF_HOME="${HF_HOME:-$XDG_CACHE_HOME/huggingface}" \
+        TORCH_HOME="${TORCH_HOME:-$XDG_CACHE_HOME/torch}" \
+        PIP_CACHE_DIR="${PIP_CACHE_DIR:-$XDG_CACHE_HOME/pip}"
+}
+
+# The user's jobs, printed, asked once per job (a query to the controller: once per node would
+# be 1,000 at once on a 1,000-node job), `unknown` when squeue fails. It reaches the Enroot
+# set-up as one argument, whose length Linux caps at 128 KiB: a longer list (some 14,000 jobs)
+# counts as unknown too, rather than failing the job's set-up.
+jsc_user_jobs() {
+    local jobs
+    jobs="$(squeue -h -u "$(id -un)" -o %i 2>/dev/null)" || jobs=unknown
+    if [ "${#jobs}" -gt 100000 ]; then jobs=unknown; fi
+    printf '%s\n' "$jobs"
+}
+
+# The job's first lines: nodes, rendezvous, where the per-node logs go.
+jsc_job_line() {
+    local plural=s
+    if [ "$nnodes" -eq 1 ]; then plural=""; fi
+    echo "job ${SLURM_JOB_ID}: ${nnodes} node${plural}, rendezvous ${rdzv_host}:${rdzv_port}"
+}
+
+# --- Hangs (docs/guide/hangs.md) ------------------------------------------------------------
+# Every rank arms a stack dump at start-up (the kit's sitecustomize, $kit/task/hook, first on
+# the PYTHONPATH each task finds where it runs: $kit/task/hook.sh); `jsc-compose stacks JOBID`
+# and this script before the job is killed print them grouped; flight recorder too.
+# hangs_dir: $PWD/.hangs/JOBID (the submit directory: shared, bound into every container).
+jsc_hangs_setup() {  # RANK_VAR...
+    hangs_dir="$PWD/.hangs/$SLURM_JOB_ID"
+    mkdir -p -- "$hangs_dir/stacks" "$hangs_dir/fr"
+    export TORCHRUN_JSC_STACKS="$hangs_dir"
+    # Only processes with one of these run the program as a rank (never a per-node
+    # launcher, which may carry PMIX_RANK/PMI_RANK/OMPI_COMM_WORLD_RANK too).
+    export TORCHRUN_JSC_STACKS_RANK_VARS="$*"
+    # The flight recorder (torch's names before and after 2.8), the user's values kept.
+    export TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}}" \
+        TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}" \
+        TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$hangs_dir/fr/rank-}}"
+    export TORCH_NCCL_TRACE_BUFFER_SIZE="${TORCH_NCCL_TRACE_BUFFER_SIZE:-$TORCH_FR_BUFFER_SIZE}" \
+        TORCH_NCCL_DEBUG_INFO_TEMP_FILE="${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$TORCH_FR_DUMP_TEMP_FILE}"
+    # The stacks, once, into this log: at SIGURG (#SBATCH --signal=B:URG@60 before the time
+    # limit, or `scancel --batch --signal=URG JOBID`) and at SIGTERM (scancel, the time limit:
+    # Slurm signals the ranks at the same time, so this one is a race). The launch runs in
+    # the background and is waited for (jsc_wait_launch): bash runs a trap only between
+    # commands.
+    jsc_stacks_done=0
+    trap 'jsc_print_stacks SIGURG' URG
+    trap 'jsc_print_stacks SIGTERM' TERM
+}
+
+# One task per node beside the running steps (--overlap), outside any container: each signals
+# its node's ranks, waits up to 10 s for their dumps and prints them as JSON lines.
+jsc_stacks_srun() {
+    srun --overlap "--jobid=${SLURM_JOB_ID}" "--nodes=${nnodes}" "--ntasks=${nnodes}" \
+        --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
+        python3 -I "$kit/node/run.py" stacks node "${SLURM_JOB_ID}" 10
+}
+
+jsc_print_stacks() {  # SIGNAL
+    if [ "$jsc_stacks_done" = 1 ]; then return; fi
+    jsc_stacks_done=1
+    echo "job ${SLURM_JOB_ID}: $1 at $(date +%s.%N): every rank's stack (jsc-compose stacks)"
+    jsc_stacks_srun | python3 -I "$kit/node/run.py" stacks report "${SLURM_JOB_ID}" || true
+}
+
+# Progress deadline (launch.hang_timeout): every PERIOD s each rank's hook notes the
+# collectives it has issued (and launcher.progress() calls) in $hangs_dir/progress; the
+# watcher started beside the launch ends the job once no rank made progress for TIMEOUT s,
+# after printing every rank's stack, SIGKILL KILL_AFTER s after its SIGTERM to the steps.
+jsc_deadline_setup() {  # PERIOD
+    mkdir -p -- "$hangs_dir/progress"
+    printf '%s\n' "$1" >"$hangs_dir/progress/period"
+    rm -f -- "$hangs_dir/no-progress"
+}
+
+jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER: in the background; jsc_after_launch stops it
+    python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" "$hangs_dir" "$1" "$2" "$3" \
+        -- srun --overlap "--jobid=${SLURM_JOB_ID}" "--nodes=${nnodes}" "--ntasks=${nnodes}" \
+        --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
+        python3 -I "$kit/node/run.py" stacks node "${SLURM_JOB_ID}" 10 &
+    jsc_watch_pid=$!
+}
+
+# launch_rc: the launch's exit status (started with & just before: $!), waited for again
+# while a trap interrupted the wait and the launch still runs.
+jsc_wait_launch() {
+    launch_pid=$!
+    launch_rc=0
+    wait "$launch_pid" || launch_rc=$?
+    while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
+        launch_rc=0
+        wait "$launch_pid" || launch_rc=$?
+    done
+}
+
+# After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
+# they are and the command that says which rank never joined which collective (torch's
+# analyser needs torch: the image's, not the batch node's). With the watcher: stop it and, if
+# it ended the job, its line last and exit 124 (as timeout(1)).
+jsc_after_launch() {
+    local fr_dumps=("$hangs_dir"/fr/*)
+    if [ "$launch_rc" -ne 0 ] && [ -e "${fr_dumps[0]}" ]; then
+        echo "job ${SLURM_JOB_ID}: flight recorder: ${#fr_dumps[@]} rank dumps in" \
+            "$hangs_dir/fr; which rank missed which collective: python3 -m" \
+            "torch.distributed.flight_recorder.fr_trace $hangs_dir/fr -p rank- (in the image)" >&2
+    fi
+    if [ -n "${jsc_watch_pid:-}" ]; then
+        kill "$jsc_watch_pid" 2>/dev/null || true
+        if [ -s "$hangs_dir/no-progress" ]; then
+            cat -- "$hangs_dir/no-progress" >&2
+            exit 124
+        fi
+    fi
+}
+
+# --- Requeue (job.requeue; launcher/requeue_script.py says how a request travels) ----------
+# SIGNAL comes BEFORE s before the time limit, or with a preemption (scancel -b --signal=SIG
+# JOBID). Every rank gets it, saves at the next step boundary, rank 0 writes $REQUEUE_MARKER,
+# all exit 0; then the job is requeued. PASS_ON: scancel (the launch is a Slurm step) or kill
+# (mpirun, a child of this shell that passes SIGUSR1/2 on to its ranks itself).
+jsc_requeue_setup() {  # SIGNAL MAX scancel|kill
+    export REQUEUE_SIGNAL=$1 TORCHRUN_JSC_FORWARD_SIGNALS=$1
+    export REQUEUE_MARKER="$PWD/.requeue/$SLURM_JOB_ID.stopped"
+    mkdir -p -- "$PWD/.requeue"
+    rm -f -- "$REQUEUE_MARKER"
+    # Slurm counts requeues in SLURM_RESTART_COUNT, psslurm (JSC) in SLURM_JOB_RESTART_COUNT.
+    restart_count="${SLURM_RESTART_COUNT:-${SLURM_JOB_RESTART_COUNT:-0}}"
+    echo "job ${SLURM_JOB_ID}: attempt $((restart_count + 1)), requeued at most $2 times"
+    launch_pid=""
+    jsc_requeue_signalled=0
+    jsc_requeue_pass_on=$3
+    # shellcheck disable=SC2064  # the signal's name, now
+    trap "jsc_on_requeue_signal $1" "$1"
+}
+
+jsc_on_requeue_signal() {  # SIGNAL
+    jsc_requeue_signalled=1
+    echo "job ${SLURM_JOB_ID}: SIG$1 at $(date +%s.%N), passed on to every rank"
+    if [ -z "$launch_pid" ]; then return; fi
+    if [ "$jsc_requeue_pass_on" = kill ]; then
+        kill -s "$1" "$launch_pid" 2>/dev/null || true
+    else
+        scancel "--signal=$1" "$SLURM_JOB_ID" || true
+    fi
+}
+
+# After the launch: finished (exit 0, no marker), failed (its status, never requeued), or
+# checkpointed: requeued while the restart count < MAX, else exit 75 with the way to resume.
+# A preemption (PreemptTime set) on a partition that requeues preempted jobs is left to Slurm
+# (a requeue of our own on top made Slurm 24.11 requeue it once more after the next attempt
+# had finished, lab job 12).
+jsc_requeue_verdict() {  # SIGNAL MAX
+    local job_info slurm_requeues="" preempt_mode jobscript signum
+    job_info=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null) || job_info=""
+    case $job_info in
+        *" PreemptTime=None"*|"") ;;
+        *" PreemptTime="*)
+            preempt_mode=$(scontrol show partition "${SLURM_JOB_PARTITION:-}" 2>/dev/null |
+                sed -n 's/.*PreemptMode=\([^ ]*\).*/\1/p') || preempt_mode=""
+            case $preempt_mode in *REQUEUE*) slurm_requeues="PreemptMode=$preempt_mode" ;; esac ;;
+    esac
+    signum=$(kill -l "$1")
+    if [ "$jsc_requeue_signalled" = 1 ] && [ "$launch_rc" -eq $((128 + signum)) ]; then
+        # Ranks that had no handler yet (still starting) died of the signal itself: nothing
+        # was lost since the last periodic checkpoint, so resume from there.
+        echo "no new checkpoint: ranks ended by SIG$1 before their handler was set" \
+            >"$REQUEUE_MARKER"
+        launch_rc=0
+    fi
+    if [ "$launch_rc" -ne 0 ] && [ -n "$slurm_requeues" ]; then
+        echo "job ${SLURM_JOB_ID}: preempted, the program ended with exit $launch_rc: Slurm" \
+            "requeues it ($slurm_requeues), from the last periodic checkpoint"
+        exit "$launch_rc"
+    fi
+    if [ "$launch_rc" -ne 0 ]; then
+        echo "job ${SLURM_JOB_ID}: the program failed (exit $launch_rc): not requeued" >&2
+        exit "$launch_rc"
+    fi
+    if [ ! -e "$REQUEUE_MARKER" ]; then
+        echo "job ${SLURM_JOB_ID}: finished"
+        exit 0
+    fi
+    echo "job ${SLURM_JOB_ID}: checkpointed: $(cat -- "$REQUEUE_MARKER")"
+    rm -f -- "$REQUEUE_MARKER"
+    if [ -n "$slurm_requeues" ]; then
+        echo "job ${SLURM_JOB_ID}: preempted: Slurm requeues it ($slurm_requeues)"
+        exit 0
+    fi
+    if [ "$restart_count" -ge "$2" ]; then
+        echo "job ${SLURM_JOB_ID}: requeued $2 times already (job.requeue.max): not again;" \
+            "resubmit to go on from the checkpoint" >&2
+        exit 75
+    fi
+    if scontrol requeue "$SLURM_JOB_ID"; then
+        echo "job ${SLURM_JOB_ID}: requeued at $(date +%s.%N)"
+    else
+        # A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the
+        # checkpoint is saved, so say how to go on rather than end as if the work were done.
+        jobscript=$(sed -n 's/^ *Command=//p' <<<"$job_info")
+        echo "job ${SLURM_JOB_ID}: scontrol requeue was refused: the checkpoint is saved; resume" \
+            "with: sbatch ${jobscript:-this jobscript}" >&2
+        exit 75
+    fi
+}

@@ -1,0 +1,7 @@
+# sh "$kit/task/hook.sh" ARGV...: every task of a launch starts through this, where the task
+# runs (in its container, after the runtime set the image's environment): the kit's stack hook
+# (hook/sitecustomize.py, docs/guide/hangs.md) first on the PYTHONPATH found there, which stays
+# after it (an image's own PYTHONPATH included); then ARGV, exec'ed. POSIX sh.
+PYTHONPATH="${0%/*}/hook${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
+exec "$@"

@@ -1,7 +1,0 @@
-"""``python -m launcher.torchrun_jsc``: same as the ``torchrun_jsc`` console script."""
-
-import sys
-
-from . import main
-
-sys.exit(main())
