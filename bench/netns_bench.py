@@ -21,7 +21,7 @@ from tests.helpers import jscnet
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(Path(sys.executable))
-TORCHRUN_JSC = [PY, "-m", "launcher.torchrun_jsc"]
+TORCHRUN_JSC = [PY, "-m", "launcher.task.torchrun_jsc"]
 TORCHRUN = [str(Path(sys.executable).parent / "torchrun")]
 PROGRAM = "bench/programs/ready.py"
 TIMEOUT_S = 300

@@ -7,7 +7,7 @@ usable GPU the same checks run with gloo on the CPU and the GPU-only ones say SK
 ``CHECK <name> PASS|FAIL|SKIP: <what>`` line per check, writes every program's output to
 OUTDIR, and exits 1 if a check failed.
 
-1. cuda-probe: the doctor's in-container probe (launcher.doctor.local.INSIDE_PY) run here:
+1. cuda-probe: the doctor's in-container probe (launcher.node.doctor.local.INSIDE_PY) run here:
    with the GPU visible the `gpus` cell passes (cuInit, device count); with
    CUDA_VISIBLE_DEVICES naming no GPU it crosses with CUDA's error.
 2. device-rule: examples/distributed_sum.py as psslurm starts a second task (LOCAL_RANK=1,
@@ -19,7 +19,7 @@ OUTDIR, and exits 1 if a check failed.
    NCCL_DEBUG=INFO: NCCL must use the `i` interface from the kit's NCCL_SOCKET_IFNAME==NAME.
 4. bandwidth: examples/allreduce_bw.py over the same two nodes (bus bandwidth over the veth).
 5. hang: tests/helpers/programs/hang_ranks.py with rank 1 stuck, under the kit's stack hook,
-   progress deadline watcher (launcher.stacks watch) and flight recorder routing: the report
+   progress deadline watcher (launcher.node.stacks watch) and flight recorder routing: the report
    names rank 1 and load_batch; with NCCL the watchdog's flight-recorder dumps land in the
    job's directory and torch's analyser reads them.
 6. numa-binding (GPU only): torchrun's --numa-binding=node and =exclusive through torchrun_jsc
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from launcher import hangs_script  # noqa: E402
-from launcher.doctor import local  # noqa: E402
+from launcher.node.doctor import local  # noqa: E402
 from tests.helpers import jscnet  # noqa: E402
 
 PY = sys.executable
@@ -206,7 +206,7 @@ def launch_env(gpus: int, job: str, extra: Optional[Dict[str, str]] = None) -> D
 
 
 def torchrun_jsc(program: Sequence[str], port: int) -> List[str]:
-    return [PY, "-m", "launcher.torchrun_jsc", "--nnodes=2", "--nproc_per_node=1",
+    return [PY, "-m", "launcher.task.torchrun_jsc", "--nnodes=2", "--nproc_per_node=1",
             "--rdzv_backend=c10d", f"--rdzv_endpoint={NODES[0]}i:{port}", "--rdzv_id=gpucheck",
             "--max_restarts=0", *program]
 
@@ -368,7 +368,7 @@ def numa(out: Path, gpus: int) -> None:
     results = []
     for mode in ("node", "exclusive"):
         env = dict(jscnet._clean_env({"PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "0"}))
-        done = subprocess.run([PY, "-m", "launcher.torchrun_jsc", "--standalone",
+        done = subprocess.run([PY, "-m", "launcher.task.torchrun_jsc", "--standalone",
                                "--nproc_per_node=1", f"--numa-binding={mode}", STEPS,
                                "--steps", "100"], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=300)
