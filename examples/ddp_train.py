@@ -35,6 +35,7 @@ import os
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,7 +44,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from launcher.gpu import select_device
+try:  # the kit's library: installed in the image or venv...
+    from launcher.gpu import select_device
+except ImportError:  # ...or an image without the kit: the clone's, beside this example
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+    from launcher.gpu import select_device
 from launcher.requeue import StopRequest
 
 CHECKPOINT_NAME = "checkpoint.pt"

@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 SUMMARY_PREFIX = "SUM_SUMMARY "
@@ -67,7 +68,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from launcher.gpu import select_device
+    try:  # the kit's library: installed in the image or venv...
+        from launcher.gpu import select_device
+    except ImportError:  # ...or an image without the kit: the clone's, beside this example
+        sys.path.append(str(Path(__file__).resolve().parents[1]))
+        from launcher.gpu import select_device
 
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(raw)

@@ -6,6 +6,7 @@
 #   build-image.sh horovod NAME     containers/horovod.def on build/base-NAME.sif -> horovod.sif
 #   build-image.sh launchers [SIF]  containers/launchers.def on image.sif -> launchers.sif
 #   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
+#   build-image.sh def DEF OUT      any definition file -> OUT (the tests' own images)
 #   build-image.sh commit           print the git commit the image label records
 #
 # Every output is written to a temporary name next to it and renamed only after the build
@@ -417,12 +418,23 @@ cmd_enroot() {
     record enroot_dump_s "$(elapsed "$start")"
 }
 
+# Any definition file (tests' images, e.g. tests/lab/images/foreign.def) -> OUT, with the
+# same options and capability handling as the kit's own images.
+cmd_def() {
+    local def=${1:-} out=${2:-}
+    [ -f "$def" ] && [ -n "$out" ] || die "usage: build-image.sh def DEF OUT (DEF: $def)"
+    check_apptainer
+    apptainer_build "$out" "$def" "could not build $out from $def"
+    commit_output "$out"
+}
+
 case ${1:-} in
     base) cmd_base "${@:2}" ;;
+    def) cmd_def "${@:2}" ;;
     image) cmd_image "${@:2}" ;;
     horovod) cmd_horovod "${@:2}" ;;
     launchers) cmd_launchers "${@:2}" ;;
     enroot) cmd_enroot "${@:2}" ;;
     commit) git_commit ;;
-    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | enroot [SIF [SQSH]] | commit" ;;
+    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | enroot [SIF [SQSH]] | def DEF OUT | commit" ;;
 esac
