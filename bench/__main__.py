@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("launch", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
+SECTIONS = ("launch", "kit", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
             "container", "images", "scaling", "bandwidth")
 EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
 
@@ -48,11 +48,12 @@ def main() -> int:
                     help="bandwidth section: examples/allreduce_bw.py's --floor (GB/s)")
     a = ap.parse_args()
     from bench import bandwidth_bench, cluster_bench, doctor_bench, hangs_bench, image_bench, \
-        launchers_bench, netns_bench
+        kit_bench, launchers_bench, netns_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
         "launch": lambda: cluster_bench.launch(a.repeats),
+        "kit": lambda: kit_bench.kit(a.repeats),
         "launchers": lambda: launchers_bench.launchers(a.repeats),
         "teardown": lambda: cluster_bench.teardown(a.repeats),
         "placement": lambda: cluster_bench.placement(a.repeats),
@@ -68,6 +69,7 @@ def main() -> int:
         "bandwidth": lambda: bandwidth_bench.bandwidth(a.repeats, a.bw_floor),
     }
     titles = {"launch": "Launch latency",
+              "kit": "The kit's code called by path vs carried as text (issue 27)",
               "launchers": "Launch latency per launcher (the same program under each)",
               "teardown": "Failure teardown",
               "placement": "CPU placement (strict lab: tasks bound to cores)",

@@ -13,20 +13,22 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path, PurePosixPath
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
-from launcher import __version__, kit
+from launcher import __version__, imagecheck, kit
 from launcher.node.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
 from launcher.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError
+from launcher.runtimes import RUNTIMES
 from launcher.spec import load_spec
 from launcher.stacks_step import run_stacks_step, timed_out_line
-from launcher.submit import SubmitError, check_log_dirs, image_labels, sbatch, \
+from launcher.submit import SubmitError, check_log_dirs, sbatch, \
     submit_warnings, write_script
 from launcher.venvjob import default_requirements, default_script, fill_wheelhouse, \
     render_venv_job
@@ -70,7 +72,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     check = sub.add_parser("check", parents=[debug], help="validate the spec only")
     check.add_argument("spec")
     check.add_argument("--image", action="store_true",
-                       help="also read the image's labels (spython) to confirm torchrun_jsc")
+                       help="also run the image here (apptainer) and check that it has python3 "
+                       ">= 3.8, torch >= 1.9 and the commands the spec starts in it")
     preview = sub.add_parser("preview", parents=[debug], help="what each node would run")
     preview.add_argument("spec")
     preview.add_argument("--nodelist", required=True, help="e.g. 'jwb[0001-0004]'")
@@ -159,27 +162,33 @@ def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
     print(sbatch(script, args.sbatch_args))
 
 
-def launcher_label(labels: Mapping[str, str]) -> Optional[str]:
-    """The label that shows the image carries torchrun_jsc, or None."""
-    tests = (lambda k, v: "launcher" in k.lower(), lambda k, v: "torchrun" in k.lower(),
-             lambda k, v: "torchrun_jsc" in v)
-    for test in tests:  # most specific first: the images label org.torchrun-jsc.launcher-version
-        for key, value in sorted(labels.items()):
-            if test(key, value):
-                return f"{key}={value}"
-    return None
-
-
 def _check_image(spec: JobSpec) -> str:
+    """What the spec's image has (python3, torch, the commands the spec starts in it), read by
+    running a probe in it here; one line naming what it lacks (launcher.imagecheck)."""
     image = spec.runtime.image
-    if spec.runtime.kind != "apptainer" or image is None:
-        raise SpecError(spec.source, "runtime.kind", "check --image reads Apptainer images "
-                        "only", spec.runtime.kind)
-    found = launcher_label(image_labels(image))
-    if found is None:
-        raise SubmitError(f"{image}: no label names torchrun_jsc or the launcher; rebuild "
-                          "with `make image`")
-    return found
+    local = None if image is None else RUNTIMES[spec.runtime.kind](spec).local_exec(image, [])
+    if local is None or image is None:
+        raise SpecError(spec.source, "runtime.kind", "check --image runs the image here with "
+                        "Apptainer: apptainer images only", spec.runtime.kind)
+    if "://" not in image and not os.path.exists(image):
+        raise SubmitError(f"{image}: image not found (build it with `make image`)")
+    wanted = imagecheck.commands(spec)
+    try:
+        done = subprocess.run(imagecheck.probe_argv(local, wanted), capture_output=True, text=True,
+                              timeout=600, check=False)
+    except FileNotFoundError:
+        raise SubmitError(f"{image}: check --image needs apptainer on this machine") from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"{image}: the image did not answer within 600 s") from None
+    have, problems = imagecheck.verdict(done.stdout, wanted)
+    if done.returncode != 0 and not have:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SubmitError(f"{image}: cannot run it here: {last}")
+    if problems:
+        raise SubmitError(f"{image}: {'; '.join(problems)}: use an image that has them (any "
+                          "image with python3 >= 3.8 and torch >= 1.9: the kit's own code is "
+                          "bound in from the kit)")
+    return have
 
 
 def _kit_dir(args: argparse.Namespace) -> str:
@@ -278,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
         text = render_jobscript(spec, kit_dir=kit_dir)
         notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         _warn(submit_warnings(spec, os.environ, os.getcwd()))
-        found = f", image label {_check_image(spec)}" if args.image else ""
+        found = f", image: {_check_image(spec)}" if args.image else ""
         nodes = f"{spec.job.nodes} node{'s' if spec.job.nodes != 1 else ''}"
         print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
               f"{len(text.splitlines())} lines{found}{notes})")

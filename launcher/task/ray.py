@@ -1,5 +1,5 @@
-"""Ray on Slurm: the agent that runs once per node (``python -m launcher.ray_node``, the
-entry point kept for the jobs: launcher/ray_node.py runs this module).
+"""Ray on Slurm: the agent that runs once per node (``python3 "$kit/task/run.py" ray-node``,
+launcher/task/run.py, with the image's python3 and ray).
 
 Where it sits: spec -> plan of the ``ray`` mode -> jobscript -> srun starts this module as
 one task per node (inside the container when there is one) -> ``ray start --block`` on the

@@ -24,6 +24,7 @@ import pytest
 
 from tests.helpers.hangprog import STUCK
 from tests.helpers.labjobs import make
+from tests.lab.test_foreign_image import foreign_images
 
 REPO = Path(__file__).resolve().parents[2]
 PY = str(Path(os.environ.get("VENV", REPO / ".venv")) / "bin" / "python")
@@ -45,6 +46,10 @@ VENV_SITE = "site:\n  profile: jsc\n  venv: .venv"
 IMAGE_SITE = "site: jsc\nruntime:\n  kind: apptainer\n  image: image.sif"
 ENROOT_SITE = "site: jsc\nruntime:\n  kind: enroot\n  image: image.sqsh"
 PYXIS_SITE = "site: jsc\nruntime:\n  kind: pyxis\n  image: image.sqsh"
+# Images the kit did not build (tests/lab/test_foreign_image.py): no kit, their own
+# PYTHONPATH and an unrelated `launcher` package.
+FOREIGN = {kind: f"site: jsc\nruntime:\n  kind: {kind}\n  image: build/foreign.{ext}"
+           for kind, ext in (("apptainer", "sif"), ("enroot", "sqsh"), ("pyxis", "sqsh"))}
 # Open MPI refuses root (the lab's jobs run as root) unless told
 AS_ROOT = ", OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1'"
 
@@ -99,11 +104,15 @@ def sqsh() -> Path:
 @pytest.mark.parametrize("mode, where, env_extra", [
     ("torchrun", VENV_SITE, ""), ("srun", VENV_SITE, ""), ("torchrun", IMAGE_SITE, ""),
     ("mpirun_torchrun", IMAGE_SITE, AS_ROOT), ("torchrun", ENROOT_SITE, ""),
-    ("torchrun", PYXIS_SITE, "")],
+    ("torchrun", PYXIS_SITE, ""), ("torchrun", FOREIGN["apptainer"], ""),
+    ("srun", FOREIGN["enroot"], ""), ("torchrun", FOREIGN["pyxis"], "")],
     ids=["torchrun-venv", "srun-venv", "torchrun-apptainer", "mpirun_torchrun-apptainer",
-         "torchrun-enroot", "torchrun-pyxis"])
+         "torchrun-enroot", "torchrun-pyxis", "torchrun-foreign-apptainer",
+         "srun-foreign-enroot", "torchrun-foreign-pyxis"])
 def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mode, where,
                                                env_extra):
+    if where in FOREIGN.values():
+        foreign_images()
     if where == IMAGE_SITE:
         request.getfixturevalue("image")
     if where in (ENROOT_SITE, PYXIS_SITE):
@@ -163,8 +172,7 @@ def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
     after their last move, well before its 10 min time limit, and says who and where."""
     job = render(shared_tmp, "00:10:00", str(REPO / "tests/helpers/programs/hang_ranks.py"), mode,
                  launch_extra=f"  hang_timeout: {DEADLINE_S}\n")
-    assert f"watch \"${{SLURM_JOB_ID}}\" \"${{hangs_dir}}\" {DEADLINE_S} {PERIOD_S} 30 --" in \
-        job.read_text().replace(" \\\n    ", " ")
+    assert f"jsc_watch {DEADLINE_S} {PERIOD_S} 30\n" in job.read_text()
     res = cluster.run_job(str(job), ["-o", str(shared_tmp / "deadline-%j.out")], timeout=540,
                           cwd=str(REPO))
     print(res.output)

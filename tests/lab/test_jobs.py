@@ -60,14 +60,12 @@ def test_checked_in_ddp_job(cluster, request, shared_tmp, name):
 
 def test_ddp_container_job_with_stock_torchrun_fails(cluster, image, shared_tmp):
     """The same jobscript with torch's own torchrun (short read timeout so it fails fast)."""
-    lines = (REPO / "jobs/ddp_container.job").read_text().splitlines(keepends=True)
-    launch = [i for i, line in enumerate(lines)
-              if not line.lstrip().startswith("#") and re.search(r"\btorchrun_jsc\b", line)]
-    assert len(launch) == 1, "expected one torchrun_jsc launch line"
-    lines[launch[0]] = re.sub(r"\btorchrun_jsc\b", "torchrun --rdzv_conf=read_timeout=10",
-                              lines[launch[0]])
+    text = (REPO / "jobs/ddp_container.job").read_text()
+    # The kit's torchrun_jsc (python3 "${kit}/task/run.py" torchrun_jsc, maybe wrapped).
+    kit_torchrun = re.compile(r'python3 "\$\{kit\}/task/run\.py"(?: \\\n *| )torchrun_jsc\b')
+    assert len(kit_torchrun.findall(text)) == 1, "expected one torchrun_jsc launch"
     job = shared_tmp / "ddp_container_stock.job"
-    job.write_text("".join(lines))
+    job.write_text(kit_torchrun.sub("torchrun --rdzv_conf=read_timeout=10", text))
     res = run_checked_in(cluster, shared_tmp, job)
     assert res.state == "FAILED", res.output
     assert res.summaries == []

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV = os.environ.get("VENV", str(REPO / ".venv"))
 STATE = Path("/run/torchrun-jsc-cluster")
 NODES = ("jwb0001", "jwb0002")
-RAY_PROCESS = re.compile(r"raylet|gcs_server|ray::|default_worker|/ray/|launcher\.ray_node|"
+RAY_PROCESS = re.compile(r"raylet|gcs_server|ray::|default_worker|/ray/|task/run\.py ray-node|"
                          r"ray start")
 JOB_TIMEOUT_S = 240
 GONE_WITHIN_S = 5.0  # after the job left the queue
@@ -214,7 +214,7 @@ def test_ray_apptainer_sum(slurm, shared_tmp):
 
 def launchers_sif() -> Path:
     """launchers.sif, built by the project's own target when missing (the agent itself runs
-    from the checkout: `python3 -m launcher.ray_node` in the submit directory)."""
+    from the kit: `python3 "$kit/task/run.py" ray-node`)."""
     sif = REPO / "launchers.sif"
     if not sif.exists():
         make("launchers-image")
@@ -267,7 +267,7 @@ def test_ray_killed_raylet(slurm, shared_tmp):
 def test_ray_node_missing(slurm, shared_tmp):
     """A node whose agent never starts Ray: one line naming it after launch.join_timeout."""
     hold = ('if [ "$$SLURM_NODEID" = 1 ]; then exec sleep 300; fi; '
-            'exec python3 -m launcher.ray_node "$@"')
+            f'exec python3 {REPO}/launcher/task/run.py ray-node "$@"')
     job = write_spec(shared_tmp, "ray_missing", ["python3", "-c", "print('DRIVER RAN')"],
                      "  join_timeout: 10\n", command=["bash", "-c", hold, "agent"])
     res, _ = run(slurm, job)
