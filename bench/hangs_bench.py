@@ -27,22 +27,19 @@ from bench.stats import Series, interleave, ratio, table
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 130  # 2 nodes: at least 121 s (the rendezvous read timeout); looks every 13 s
-HOOK_LINE = re.compile(r"^export TORCHRUN_JSC_STACKS=.*\n", re.M)
+
+
+# The stack hook's prelude in the launch line: sh "${kit}/task/hook.sh" (maybe wrapped).
+PRELUDE = re.compile(r'sh(?: \\\n *| )"\$\{kit\}/task/hook\.sh"')
 
 
 def without_hook(text: str) -> str:
-    """The rendered jobscript with no rank loading the kit's hook: its directory's export
-    removed, and the prelude every task starts through (hangs_script.HOOK_PRELUDE) left with
-    its exec only, so that the baseline starts its tasks the same way."""
-    from launcher import hangs_script
-    from launcher.shell import Assign
-
-    text, n = HOOK_LINE.subn("", text)
-    prelude = Assign(hangs_script.HOOK_SH.name, hangs_script.HOOK_PRELUDE).render()
-    bare = Assign(hangs_script.HOOK_SH.name, 'exec "$@"\n').render()
-    assert n == 1 and text.count(prelude) == 1, \
-        "the hook's lines moved: update bench/hangs_bench.py"
-    return text.replace(prelude, bare)
+    """The rendered jobscript with no rank loading the kit's hook: the prelude every task
+    starts through (launcher/task/hook.sh) replaced by an sh that only execs, so that the
+    baseline starts its tasks the same way."""
+    text, n = PRELUDE.subn("sh -c 'exec \"$@\"' jsc-hook", text)
+    assert n == 1, "the hook's prelude moved: update bench/hangs_bench.py"
+    return text
 
 
 def _job(name: str, program, deadline: bool, hook: bool = True, env: str = "") -> str:

@@ -20,8 +20,8 @@ from launcher import __version__
 from launcher.shell import Raw, Statement, Token, Var, quote, word
 
 KIT = Var("kit")
-# The kit a render names when the caller names none: this package, relative to the submit
-# directory ("$PWD/launcher": a clone's jobs/*.job, submitted from the clone's root).
+# The kit of a clone's jobs/*.job (`make jobs`, launcher.kit.for_render in the clone's root):
+# relative to the submit directory, "$PWD/launcher", submitted from the clone's root.
 DEFAULT = "launcher"
 LOG_ENV = "TORCHRUN_JSC_KIT_LOG"  # launcher/task/run.py: node 0's agent names the kit it runs
 # Filesystems that exist on one node only: a kit there is not on the compute nodes.

@@ -72,13 +72,10 @@ def cpu_lines(spec: JobSpec, srun_tasks_per_node: int, launch_srun: bool = True,
     n = srun_tasks_per_node
     share = "$cpus_per_node" if n == 1 else \
         f"$((cpus_per_node >= {n} ? cpus_per_node / {n} : 1))"
-    each = "" if not launch_srun else \
-        "; the launch's one task per node the same" if n == 1 \
-        else f"; each of the launch's {n} tasks per node a share"
+    each = "" if not launch_srun else ", the launch's task the same" if n == 1 \
+        else f", each of the launch's {n} a share"
     out: List[Statement] = one_thread_per_core(spec) + [
-        Raw("# CPUs, on every srun's command line (Slurm >= 23.11 ignores SRUN_CPUS_PER_TASK): "
-            "one task per\n# node the job's CPUs on a node (cores under one thread per "
-            f"core){each}."),
+        Raw(f"# CPUs on each srun's command line: a task per node gets the node's{each}."),
         Raw("jsc_cpus_per_node")]
     if launch_srun:
         out.append(Raw(f'cpus_per_task="{share}"'))

@@ -49,15 +49,8 @@ def check_lines(site: Site) -> List[Statement]:
     if not site.venv:
         return []
     record = posixpath.join(site.venv, MODULES_FILE)
-    return [
-        Assign("venv_record", expansion(record)), Assign("venv_modules", "\n".join(site.modules)),
-        Raw('if [ -f "$venv_record" ] && [ "$(cat -- "$venv_record")" != "$venv_modules" ]; '
-            'then\n'
-            '    built="$(cat -- "$venv_record")"\n'
-            "    echo \"warning: the venv was built with modules [${built//$'\\n'/ }] but this "
-            "job loads [${venv_modules//$'\\n'/ }] ($venv_record): rebuild it with "
-            "jsc-compose venv\" >&2\n"
-            'fi')]
+    # launcher/node/job.sh jsc_venv_check: the one line, where the record differs.
+    return [Raw(join(["jsc_venv_check", expansion(record), "\n".join(site.modules)]))]
 
 
 def _sbatch_lines(spec: JobSpec) -> List[str]:

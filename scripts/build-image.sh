@@ -422,7 +422,7 @@ cmd_enroot() {
 # same options and capability handling as the kit's own images.
 cmd_def() {
     local def=${1:-} out=${2:-}
-    [ -f "$def" ] && [ -n "$out" ] || die "usage: build-image.sh def DEF OUT (DEF: $def)"
+    if [ ! -f "$def" ] || [ -z "$out" ]; then die "usage: build-image.sh def DEF OUT (DEF: $def)"; fi
     check_apptainer
     apptainer_build "$out" "$def" "could not build $out from $def"
     commit_output "$out"

@@ -264,11 +264,11 @@ def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
     job = "903"
     hangs = out / "hangs"
     shutil.rmtree(hangs, ignore_errors=True)
-    for sub in ("hook", "stacks", "fr", "progress", "ready"):
+    for sub in ("stacks", "fr", "progress", "ready"):
         (hangs / sub).mkdir(parents=True)
-    (hangs / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
     (hangs / "progress" / "period").write_text("1\n")
-    extra = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hangs}/hook:{ROOT}",
+    hook = ROOT / "launcher" / "task" / "hook"  # the kit's stack hook, as hook.sh puts it
+    extra = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hook}:{ROOT}",
              "READY_DIR": str(hangs / "ready"), "HANG_RANK": "1",
              "HANG_BACKEND": "nccl" if gpus else "gloo", "HANG_PG_TIMEOUT_S": "45"}
     for name, value in hangs_script.FLIGHT_RECORDER:
@@ -279,10 +279,11 @@ def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
                   out / "hang.log")
     # One collector per node, run on that node (its hostname: dumps are matched by host and
     # pid, as on real nodes), as the jobscript's srun step does.
-    node_step = [PY, "-I", str(ROOT / "launcher" / "stacks.py"), "node", job, "10"]
+    node_run = str(ROOT / "launcher" / "node" / "run.py")  # as the jobscript runs it
+    node_step = [PY, "-I", node_run, "stacks", "node", job, "10"]
     collector = ["sh", "-c", "; ".join(shlex.join(net.command(node, node_step, net.hosts_jsc))
                                        for node in net.nodes)]
-    watch = subprocess.run([PY, str(ROOT / "launcher" / "stacks.py"), "watch", job, str(hangs),
+    watch = subprocess.run([PY, "-I", node_run, "stacks", "watch", job, str(hangs),
                             "15", "1", "1", "--", *collector], capture_output=True, text=True,
                            timeout=240)
     t_report = time.time() - t0
@@ -333,11 +334,11 @@ def hook_cost(net: jscnet.JscNet, out: Path, gpus: int) -> None:
         check("hook-cost", "SKIP", "a GPU measurement (CPU: make bench --only hangs)")
         return
     hangs = out / "hooked"
-    for sub in ("hook", "stacks", "progress"):
+    for sub in ("stacks", "progress"):
         (hangs / sub).mkdir(parents=True, exist_ok=True)
-    (hangs / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
     (hangs / "progress" / "period").write_text("1\n")
-    hooked = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hangs}/hook:{ROOT}"}
+    hook = ROOT / "launcher" / "task" / "hook"  # the kit's stack hook, as hook.sh puts it
+    hooked = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hook}:{ROOT}"}
     runs: Dict[str, List[float]] = {"without": [], "hook": []}
     for r in range(REPEATS):
         for name, extra in (("without", {}), ("hook", hooked)):

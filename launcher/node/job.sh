@@ -86,6 +86,17 @@ jsc_rdzv_port() {  # HOST BASE SPAN TRIES
     done
 }
 
+# A venv built by `jsc-compose venv` records its modules in RECORD: warn (one line) where they
+# differ from the MODULES (newline-separated) this job loads.
+jsc_venv_check() {  # RECORD MODULES
+    local built
+    if [ -f "$1" ] && [ "$(cat -- "$1")" != "$2" ]; then
+        built="$(cat -- "$1")"
+        echo "warning: the venv was built with modules [${built//$'\n'/ }] but this job loads" \
+            "[${2//$'\n'/ }] ($1): rebuild it with jsc-compose venv" >&2
+    fi
+}
+
 # Stop the job where a path cannot be bound by RUNTIME (its bind syntax separates with the
 # characters PATTERN matches, WHAT in words): the kit's directory, the submit directory.
 jsc_bindable() {  # RUNTIME PATTERN WHAT PATH...

@@ -1,5 +1,6 @@
-"""Ring 2: the doctor's node checks on this machine, without Slurm. The shipped script
-runs as ``python3 -c`` and collects from stdin; each node check (a port taken, a bind source
+"""Ring 2: the doctor's node checks on this machine, without Slurm. The kit's entry
+``python3 -I KIT/node/run.py doctor node|table`` runs the checks and collects from stdin, as
+the jobscript's step pipes them; each node check (a port taken, a bind source
 or image missing, a bad socket interface name, the launcher and torch inside, GPUs, clock
 skew, a foreign program on the port)."""
 
@@ -12,8 +13,8 @@ import time
 
 import pytest
 
+from launcher import kit
 from launcher.node.doctor import local, node
-from launcher.doctor.ship import node_script
 from tests.helpers.doctor import report as _rep
 
 
@@ -124,15 +125,39 @@ def test_inside_probe_reports_cuda_for_real():
         assert "libcuda.so.1" in facts["cuda"]["error"], facts
 
 
-def test_shipped_script_collects_from_stdin():
+RUN_PY = str(kit.installed() / "node" / "run.py")
+
+
+def test_the_kit_entry_collects_from_stdin(tmp_path):
     lines = node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1")) + "\n"
-    done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
-                           "n1"], input=lines, capture_output=True, text=True, check=False)
+    table = [sys.executable, "-I", RUN_PY, "doctor", "table", "{}", "n1i", "29400"]
+    done = subprocess.run(table + ["n1"], input=lines, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "doctor: all checks passed"
-    done = subprocess.run([sys.executable, "-c", node_script(), "table", "{}", "n1i", "29400",
-                           "n1\nn2"], input=lines, capture_output=True, text=True, check=False)
+    done = subprocess.run(table + ["n1\nn2"], input=lines, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)
     assert done.returncode == 1 and "n2 name: no report" in done.stdout
+
+
+def test_the_step_pipeline_runs_here(tmp_path):
+    """``run.py doctor node CONF HOST PORT --`` (one node, bare) piped into ``run.py doctor
+    table``, as the jobscript's step runs them minus srun: the node half's report line reaches
+    the collector, every check passes on this machine."""
+    conf, port = json.dumps(_conf()), str(_free_port())
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SLURM_NODEID": "0",
+           "SLURM_STEP_NUM_NODES": "1", "SLURMD_NODENAME": "n1"}
+    check = subprocess.run([sys.executable, "-I", RUN_PY, "doctor", "node", conf, "127.0.0.1",
+                            port, "--"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.startswith(node.MARK) and check.stdout.count("\n") == 1, check.stdout
+    assert json.loads(check.stdout[len(node.MARK):])["node"] == "n1"
+    table = subprocess.run([sys.executable, "-I", RUN_PY, "doctor", "table", conf, "127.0.0.1",
+                            port, "n1"], input=check.stdout, cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert table.stdout.splitlines()[-1] == "doctor: all checks passed", table.stdout
 
 
 def test_clock_skew_and_a_foreign_program_on_the_port():

@@ -136,8 +136,11 @@ def test_doctor_space_measures_enroots_path_and_crosses_tmpfs(fakes, tmp_path):
     assert got["ok"] is True and got["value"].endswith(" GiB free at " + mine), got
 
 
-def test_doctor_space_says_when_enroot_cannot_answer(fakes):
-    conf = doctor_conf(fakes)
-    got = space(dict(conf, enroot_data="exit 3"), fakes.env)
+def test_doctor_space_says_when_enroot_cannot_answer(fakes, tmp_path, monkeypatch):
+    from launcher.node.doctor import local
+    failing = tmp_path / "enroot-lib.sh"
+    failing.write_text("enroot_data_path() { return 3; }\n")
+    monkeypatch.setattr(local, "ENROOT_LIB", str(failing))
+    got = space(doctor_conf(fakes), fakes.env)
     assert got == {"ok": False, "value": "",
                    "cause": "cannot tell Enroot's data path (enroot info, its enroot.conf)"}

@@ -3,7 +3,8 @@ the hook's progress marks, the watcher's decision and its one line.
 
 Ring 2: the rendered script under the recording fakes; the hook in real Python processes; 4
 real gloo ranks under torch.distributed.run where rank 3 stops in its own function, watched by
-the very text the jobscript ships. The pure half: tests/unit/test_hang_deadline.py; real
+the kit's own collector and watcher (launcher/node/run.py stacks, as the jobscript runs them).
+The pure half: tests/unit/test_hang_deadline.py; real
 Slurm: tests/lab/test_hangs.py.
 """
 
@@ -20,7 +21,7 @@ import pytest
 import yaml
 
 import launcher
-from launcher import hangs_script
+from launcher import kit
 from launcher.node import stacks
 from launcher.task.hook import sitecustomize as stacks_hook
 from tests.helpers.cluster import Cluster
@@ -44,6 +45,9 @@ def test_rendered_script_starts_the_watcher_and_ends_with_its_line(tmp_path):
     assert done.stderr.rstrip("\n").splitlines()[-1] == line
     (watch,) = [r for r in fakes.records("python3") if "watch" in r["argv"]]
     argv = watch["argv"]
+    run_py = str(kit.installed() / "node" / "run.py")  # the kit's, isolated (job.sh jsc_watch)
+    assert argv[:argv.index("watch")] == ["-I", run_py, "stacks"]
+    assert argv[argv.index("--") + 1:][-6:] == ["-I", run_py, "stacks", "node", "4242", "10"]
     assert argv[argv.index("watch"):argv.index("--") + 3] == [
         "watch", "4242", str(fakes.dir / ".hangs" / "4242"), "130", "13", "30", "--", "srun",
         "--overlap"]
@@ -61,11 +65,15 @@ def test_rendered_script_starts_the_watcher_and_ends_with_its_line(tmp_path):
 
 @pytest.fixture
 def progress_dir(tmp_path):
-    for sub in ("hook", "stacks", "progress"):
+    """The job's hangs directory; the hook is the kit's (launcher/task/hook, on the
+    PYTHONPATH of hook_env as launcher/task/hook.sh puts it)."""
+    for sub in ("stacks", "progress"):
         (tmp_path / sub).mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
     (tmp_path / "progress" / "period").write_text("1\n")
     return tmp_path
+
+
+RUN_PY = str(kit.installed() / "node" / "run.py")  # python3 -I KIT/node/run.py stacks ...
 
 
 PROGRESS_CALLS = """
@@ -103,7 +111,8 @@ def test_hook_marks_progress_calls_and_the_end(progress_dir, tmp_path):
 
 def test_real_gloo_ranks_watched_until_the_deadline(progress_dir, tmp_path):
     """4 gloo ranks, rank 3 stuck in load_batch after the first all_reduce: the watcher the
-    jobscript ships names it, from its marks and stacks, 30 s after the others' last move."""
+    jobscript runs (the kit's) names it, from its marks and stacks, 30 s after the others' last
+    move."""
     pytest.importorskip("torch")
     ready = tmp_path / "ready"
     ready.mkdir()
@@ -121,14 +130,13 @@ def test_real_gloo_ranks_watched_until_the_deadline(progress_dir, tmp_path):
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          start_new_session=True)
     try:
-        code = hangs_script.stacks_text()
-        collector = [sys.executable, "-c", code, "node", JOB, "10"]
+        collector = [sys.executable, "-I", RUN_PY, "stacks", "node", JOB, "10"]
         watch_env = dict(os.environ, SLURMD_NODENAME="jwbA",
                          PATH=f"{bin_dir}:{os.environ['PATH']}")
         start = time.time()
-        w = subprocess.run([sys.executable, "-c", code, "watch", JOB, str(progress_dir), "30",
-                            "1", "0", "--", *collector], env=watch_env, capture_output=True,
-                           text=True, timeout=300)
+        w = subprocess.run([sys.executable, "-I", RUN_PY, "stacks", "watch", JOB,
+                            str(progress_dir), "30", "1", "0", "--", *collector],
+                           env=watch_env, capture_output=True, text=True, timeout=300)
         took = time.time() - start
         assert w.returncode == 0, w.stdout + w.stderr
         assert len(list(ready.iterdir())) == 4, w.stdout  # every rank was where it stays

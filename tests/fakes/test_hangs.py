@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import cli, hangs_script, stacks_step
+from launcher import __version__, cli, hangs_script, kit, stacks_step
 from launcher.node import stacks
 from launcher.task.hook import sitecustomize as stacks_hook
 from launcher.jobscript import render_jobscript
@@ -28,11 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 # --- the hook in real processes --------------------------------------------------------------
 
 
+HOOK = kit.installed() / "task" / "hook"  # the kit's, as launcher/task/hook.sh puts it
+
+
 @pytest.fixture
 def hookdir(tmp_path):
-    (tmp_path / "hook").mkdir()
     (tmp_path / "stacks").mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(hangs_script.hook_text())
     return tmp_path
 
 
@@ -40,7 +41,7 @@ JOB = str(700000 + os.getpid())  # a job id of this test run only
 
 
 def hook_env(d: Path, **extra):
-    env = dict(os.environ, PYTHONPATH=f"{d}/hook:{REPO}", TORCHRUN_JSC_STACKS=str(d),
+    env = dict(os.environ, PYTHONPATH=f"{HOOK}:{REPO}", TORCHRUN_JSC_STACKS=str(d),
                SLURM_JOB_ID=JOB, **extra)
     env.pop(stacks_hook.PID_ENV, None)
     return env
@@ -81,7 +82,7 @@ def test_chains_to_the_hidden_sitecustomize(hookdir, tmp_path_factory):
     other = tmp_path_factory.mktemp("other")
     (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED'] = '1'\n")
     env = hook_env(hookdir, RANK="0")
-    env["PYTHONPATH"] = f"{hookdir}/hook:{other}"
+    env["PYTHONPATH"] = f"{HOOK}:{other}"
     done = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('CHAINED'))"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout == "1\n", done.stderr
@@ -106,12 +107,11 @@ def test_signal_dumps_and_collector_reads(hookdir):
 
 
 # srun's stand-in for `jsc-compose stacks`: the first node's collector runs here for real (the
-# shipped text, `python3 -I -c SCRIPT node JOB WAIT`); the second node never answers.
+# kit's, `python3 -I KIT/node/run.py stacks node JOB WAIT`); the second node never answers.
 LATE_SRUN = """#!/bin/sh
 while [ "$#" -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done
-shift 4  # python3 -I -c SCRIPT
 printf '%s\\n' "$*" >"$SRUN_ARGS"
-python3 -c "$STACKS_PY" "$@"
+"$@"
 exec sleep 60
 """
 
@@ -126,8 +126,7 @@ def test_cli_stacks_keeps_the_ranks_read_before_a_timeout(hookdir, tmp_path, mon
     srun.write_text(LATE_SRUN)
     srun.chmod(0o755)
     for name, value in {"PATH": f"{srun.parent}:{os.environ['PATH']}", "SLURM_JOB_ID": JOB,
-                        "SLURM_JOB_NUM_NODES": "2", "SRUN_ARGS": str(tmp_path / "args"),
-                        "STACKS_PY": hangs_script.stacks_text()}.items():
+                        "SLURM_JOB_NUM_NODES": "2", "SRUN_ARGS": str(tmp_path / "args")}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(stacks_step, "STEP_MARGIN_S", 3)
     try:
@@ -139,7 +138,8 @@ def test_cli_stacks_keeps_the_ranks_read_before_a_timeout(hookdir, tmp_path, mon
         p.kill()
         p.wait()
     out, err = capsys.readouterr()
-    assert (tmp_path / "args").read_text() == f"node {JOB} 0.5\n"  # not 0: the fraction kept
+    assert (tmp_path / "args").read_text() == \
+        f"python3 -I {kit.installed()}/node/run.py stacks node {JOB} 0.5\n"  # the fraction kept
     assert 3.5 <= took < 10  # killed at its limit, not after the second node's 60 s
     host = out.split(" on ", 1)[1].split(" ", 1)[0]
     assert out.startswith(f"stacks: rank 2 on {host} in stuck at <string>:"), out
@@ -168,10 +168,10 @@ def test_real_gloo_ranks_one_stuck(hookdir, tmp_path, agent_env):
         while len(list(ready.iterdir())) < 4 and time.monotonic() < deadline:
             assert p.poll() is None, p.stdout.read()
             time.sleep(0.5)
-        code = hangs_script.stacks_text()  # what the jobscript ships, run as it runs there
+        run_py = str(kit.installed() / "node" / "run.py")  # as the jobscript runs it
 
         def collect(node_name: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-c", code, "node", JOB, "10"],
+            return subprocess.run([sys.executable, "-I", run_py, "stacks", "node", JOB, "10"],
                                   capture_output=True, text=True, timeout=60,
                                   env=dict(os.environ, SLURMD_NODENAME=node_name))
         # A collector on another node of a shared kernel (the lab) leaves these ranks alone.
@@ -180,7 +180,8 @@ def test_real_gloo_ranks_one_stuck(hookdir, tmp_path, agent_env):
         while True:
             node = collect("jwbA")
             assert len(node.stdout.splitlines()) == 4, node.stdout + node.stderr  # no agent
-            rep = subprocess.run([sys.executable, "-c", code, "report", JOB], input=node.stdout,
+            rep = subprocess.run([sys.executable, "-I", run_py, "stacks", "report", JOB],
+                                 input=node.stdout,
                                  capture_output=True, text=True, timeout=60)
             first = rep.stdout.splitlines()[0]
             if first.startswith("stacks: 3 ranks in all_reduce") or time.monotonic() > deadline:
@@ -197,30 +198,36 @@ def test_real_gloo_ranks_one_stuck(hookdir, tmp_path, agent_env):
         p.wait()
 
 
+def job_sh(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``script`` after sourcing the kit's launcher/node/job.sh, as a jobscript does."""
+    text = f'kit={kit.installed()}\nsource "$kit/node/job.sh" {__version__}\n{script}'
+    return subprocess.run(["bash", "-euc", text], capture_output=True, text=True, timeout=30,
+                          check=False, cwd=cwd, env={"PATH": os.environ["PATH"], **env})
+
+
 @pytest.mark.parametrize("rc, dumps, said", [(1, ["rank-0", "rank-1"], True), (0, ["rank-0"], False),
                                             (134, [], False)])
 def test_failed_launch_names_the_flight_recorder_dumps(tmp_path, rc, dumps, said):
-    """The jobscript's lines after the launch (hangs_script.FR_NOTICE), run by bash: a failed
-    launch with dumps in fr/ says where they are and how to read them; otherwise nothing."""
+    """launcher/node/job.sh jsc_after_launch, run by bash: a failed launch with dumps in fr/
+    says where they are and how to read them; otherwise nothing."""
     (tmp_path / "fr").mkdir()
     for name in dumps:
         (tmp_path / "fr" / name).write_text("x")
-    done = subprocess.run(["bash", "-euc", hangs_script.FR_NOTICE], capture_output=True,
-                          text=True, timeout=30, check=True,
-                          env={"PATH": os.environ["PATH"], "hangs_dir": str(tmp_path),
-                               "SLURM_JOB_ID": "77", "launch_rc": str(rc)})
+    done = job_sh("jsc_after_launch", tmp_path, hangs_dir=str(tmp_path), SLURM_JOB_ID="77",
+                  launch_rc=str(rc))
     want = (f"job 77: flight recorder: {len(dumps)} rank dumps in {tmp_path}/fr; which rank "
             f"missed which collective: python3 -m torch.distributed.flight_recorder.fr_trace "
             f"{tmp_path}/fr -p rank- (in the image)\n") if said else ""
-    assert (done.stdout, done.stderr) == ("", want)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", want)
 
 
-def _fr_export() -> str:
-    """The jobscript's export of the flight-recorder variables, as rendered."""
-    text = "export " + hangs_script.fr_exports()
-    assert text.startswith("export TORCH_FR_BUFFER_SIZE=") and \
-        text in render_jobscript(load_spec("jobs/ddp_container.yaml")), text
-    return text
+def test_job_sh_exports_the_flight_recorder_rule():
+    """The one rule (hangs_script.fr_exports, from the hook's FR_RENAMED) is what job.sh's
+    jsc_hangs_setup exports, whitespace aside."""
+    def words(text: str) -> str:
+        return " ".join(text.replace("\\\n", " ").split())
+    assert words("export " + hangs_script.fr_exports()) in \
+        words((kit.installed() / "node" / "job.sh").read_text())
 
 
 @pytest.mark.parametrize("given, fr, nccl", [
@@ -229,14 +236,14 @@ def _fr_export() -> str:
     ({"TORCH_FR_BUFFER_SIZE": "7"}, "7", "7"),
     ({"TORCH_FR_BUFFER_SIZE": "7", "TORCH_NCCL_TRACE_BUFFER_SIZE": "9"}, "7", "9"),
 ])
-def test_flight_recorder_names_carry_the_users_value(given, fr, nccl):
+def test_flight_recorder_names_carry_the_users_value(tmp_path, given, fr, nccl):
     """Either name the user set reaches both (torch < 2.8 reads one, >= 2.8 the other): the
     kit's default never replaces a value the user gave under the other name."""
-    script = _fr_export() + '\necho "$TORCH_FR_BUFFER_SIZE $TORCH_NCCL_TRACE_BUFFER_SIZE"'
-    done = subprocess.run(["bash", "-euc", script], capture_output=True, text=True, timeout=30,
-                          check=True, env={"PATH": os.environ["PATH"], "hangs_dir": "/h",
-                                           **given})
-    assert done.stdout.split() == [fr, nccl]
+    done = job_sh('jsc_hangs_setup RANK\n'
+                  'echo "$TORCH_FR_BUFFER_SIZE $TORCH_NCCL_TRACE_BUFFER_SIZE $TORCH_FR_DUMP_TEMP_FILE"',
+                  tmp_path, SLURM_JOB_ID="5", **given)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [fr, nccl, f"{tmp_path}/.hangs/5/fr/rank-"]
 
 
 @pytest.mark.parametrize("env, version, dropped", [

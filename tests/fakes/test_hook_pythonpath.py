@@ -2,7 +2,7 @@
 Rendered jobs run by bash with the recording fakes, whose runtimes apply an image's own
 environment as the real ones do (tests/helpers/fake.py, FAKE_IMAGE_ENV: Apptainer and pyxis
 over the task's values, Enroot under the names it forwards): a program started in a container
-whose image sets PYTHONPATH=/opt/image-lib gets ``$hangs_dir/hook:/opt/image-lib``; without
+whose image sets PYTHONPATH=/opt/image-lib gets ``$kit/task/hook:/opt/image-lib``; without
 an image PYTHONPATH the hook comes first and what the runtime passed on stays after it (the
 batch shell's under bare, Apptainer and pyxis; Enroot passes none by itself). The prelude
 itself run by POSIX sh (dash): no empty entry, the program's argv byte-identical, no shell left
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Dict, Iterator, List, Optional
 import pytest
 import yaml
 
-from launcher import hangs_script
+from launcher import hangs_script, kit
 from tests.helpers.cluster import HOSTILE_NL, Cluster, cleaned
 
 IMAGE_LIB = "/opt/image-lib"
@@ -64,7 +65,8 @@ def run_job(cluster: Cluster, runtime: str, mode: str, image_env: Optional[Dict[
 
 
 def hook(cluster: Cluster) -> str:
-    return f"{cluster.dir}/.hangs/4242/hook"
+    """The kit's hook directory (launcher/task/hook), where hook.sh puts it."""
+    return str(kit.installed() / "task" / "hook")
 
 
 @pytest.mark.parametrize("mode", ["srun", "torchrun"])
@@ -77,7 +79,7 @@ def test_image_pythonpath_kept_after_the_hook(cluster, runtime, mode):
     for rec in programs:
         assert rec["env"]["PYTHONPATH"] == f"{hook(cluster)}:{IMAGE_LIB}", rec
         assert rec["env"]["TORCHRUN_JSC_STACKS"] == f"{cluster.dir}/.hangs/4242"
-    assert (cluster.dir / ".hangs/4242/hook/sitecustomize.py").is_file()
+    assert (kit.installed() / "task/hook/sitecustomize.py").is_file()
 
 
 @pytest.mark.parametrize("runtime", ["apptainer", "enroot", "pyxis", "bare"])
@@ -98,20 +100,25 @@ def test_what_the_runtime_passed_on_stays_after_the_hook(cluster, runtime, after
 
 
 @pytest.mark.parametrize("given, want", [
-    (None, "/h d/hook"),  # no PYTHONPATH: the hook alone
-    ("", "/h d/hook"),  # empty: no trailing ':' (that would put the current directory first)
-    (HOST_LIB + ":/b", f"/h d/hook:{HOST_LIB}:/b"),
+    (None, "/k d/task/hook"),  # no PYTHONPATH: the hook alone
+    ("", "/k d/task/hook"),  # empty: no trailing ':' (would put the current directory first)
+    (HOST_LIB + ":/b", f"/k d/task/hook:{HOST_LIB}:/b"),
 ])
-def test_the_prelude_itself_under_posix_sh(given, want):
-    """The prelude as the jobscript ships it, run by sh (the image's /bin/sh need be no bash):
-    the program's argv arrives byte-identical, and sh is gone (exec), so signals reach it."""
+def test_the_prelude_itself_under_posix_sh(tmp_path, given, want):
+    """The prelude (launcher/task/hook.sh, in a kit at a path with a space), run by sh (the
+    image's /bin/sh need be no bash): the program's argv arrives byte-identical, and sh is gone
+    (exec), so signals reach it."""
+    kit_dir = tmp_path / "k d"
+    (kit_dir / "task").mkdir(parents=True)
+    shutil.copy(kit.installed() / "task" / "hook.sh", kit_dir / "task" / "hook.sh")
     env = {"PATH": os.environ["PATH"], "TORCHRUN_JSC_STACKS": "/h d"}
     if given is not None:
         env["PYTHONPATH"] = given
     probe = "import os, sys; print(repr((os.environ['PYTHONPATH'], sys.argv[1:], os.getpid())))"
     argv = hangs_script.hook_argv([sys.executable, "-I", "-c", probe, HOSTILE_NL, "", "*"])
-    assert argv[:4] == ["sh", "-c", hangs_script.HOOK_SH, "jsc-hook"]
-    argv[2] = hangs_script.HOOK_PRELUDE  # what "${stacks_hook_sh}" expands to
+    assert argv[:2] == ["sh", kit.file(hangs_script.HOOK_SCRIPT)]
+    argv[1] = str(kit_dir / "task" / "hook.sh")  # what "${kit}/task/hook.sh" expands to
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     out, _ = p.communicate(timeout=30)
-    assert ast.literal_eval(out) == (want, [HOSTILE_NL, "", "*"], p.pid)
+    assert ast.literal_eval(out) == (want.replace("/k d", str(kit_dir)),
+                                     [HOSTILE_NL, "", "*"], p.pid)

@@ -7,6 +7,7 @@ pip, two pip runs): about 6-15 s.
 """
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,17 @@ def test_composer_console_script(installed, tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("usage: jsc-compose ")
     assert "examples:" in p.stdout
     p = sh(installed / "python", "-m", "launcher", "render", spec, cwd=tmp_path)
-    assert p.returncode == 0 and p.stdout == (ROOT / "jobs/ddp_container.job").read_text()
+    # The golden, but naming the installed kit (absolute: not inside the submit directory),
+    # which lies under /tmp here: one line says the compute nodes cannot see it.
+    where = sh(installed / "python", "-c", "import launcher, os; "
+               "print(os.path.dirname(os.path.abspath(launcher.__file__)))", cwd=tmp_path)
+    package = where.stdout.strip()
+    assert package.startswith(str(installed.parent)) and package.endswith("/launcher")
+    golden = (ROOT / "jobs/ddp_container.job").read_text()
+    assert golden.count('\nkit="${PWD}/launcher"\n') == 1
+    assert p.returncode == 0 and p.stdout == golden.replace(
+        '\nkit="${PWD}/launcher"\n', f"\nkit={shlex.quote(package)}\n")
+    assert len(p.stderr.splitlines()) == 1 and "is on this node only" in p.stderr, p.stderr
 
 
 def test_torchrun_jsc_console_script_without_torch(installed, tmp_path):

@@ -19,8 +19,8 @@ from typing import Optional
 
 import pytest
 
+from launcher import kit
 from launcher.jobscript import rendezvous_lines
-from launcher.modes.ray import RUN_MODULE
 from launcher.shell import render_statement
 from launcher.spec import parse_spec
 from tests.helpers import fake
@@ -33,10 +33,12 @@ BOTH = f"{JWB}i {JWB}{IC} {JPBO}i {JPBO}{IC}"  # every candidate of both nodes r
 
 def _rendezvous(tmp_path: Path, nodelist: str, system: Optional[str], hosts: str,
                 site: str = "jsc", on_node: bool = True) -> subprocess.CompletedProcess:
-    """The jobscript's rendezvous lines (batch scope), then $rdzv_host on stdout."""
+    """The jobscript's rendezvous lines (batch scope) after its kit lines (the kit's functions,
+    launcher/node/job.sh, which they call), then $rdzv_host on stdout."""
     spec = parse_spec(f"job: {{nodes: 2}}\nsite: {site}\nlaunch: {{rdzv_port: 29400}}\n"
                       "program: [p]\n", "t.yaml")
-    script = "\n".join(render_statement(s) for s in rendezvous_lines(spec))
+    script = "\n".join(render_statement(s) for s in
+                       kit.lines(str(kit.installed())) + rendezvous_lines(spec))
     env = dict(os.environ, **fake.install(tmp_path / "bin", tmp_path / "log"),
                SLURM_JOB_NODELIST=nodelist, FAKE_HOSTS=hosts,
                SLURMD_NODENAME=nodelist.split("[")[0])  # a batch script runs on a node
@@ -149,11 +151,11 @@ def test_ray_agents_get_the_suffix_the_job_picked(cluster):
     done = cluster.run(script, SYSTEMNAME="jedi", SLURM_JOB_NODELIST="jpbo-001-[01-02]",
                        FAKE_HOSTS=f"{JPBO}{IC}")
     assert done.returncode == 0, done.stderr
-    agents = cluster.records("python3")
+    agents = cluster.records("ray-node")  # the kit's agent: python3 KIT/task/run.py ray-node
     assert len(agents) == 2
     for rec in agents:
-        assert rec["argv"][:5] == ["-c", RUN_MODULE, "launcher.ray_node",
-                                   f"--head={JPBO}{IC}:29400", f"--suffix={IC}"]
+        assert rec["run"] == f"{kit.installed()}/task/run.py"  # from the kit, by path
+        assert rec["argv"][:2] == [f"--head={JPBO}{IC}:29400", f"--suffix={IC}"]
 
 
 def test_deepspeed_hostfile_names_every_node_by_its_interconnect_name(cluster):
@@ -166,8 +168,9 @@ def test_deepspeed_hostfile_names_every_node_by_its_interconnect_name(cluster):
     done = cluster.run(script, SYSTEMNAME="jupiter", SLURM_JOB_NODELIST="jpbo-001-[01-02]",
                        FAKE_HOSTS=f"{JPBO}{IC}")
     assert done.returncode == 0, done.stderr
-    (launch,) = [r for r in cluster.records("srun") if "deepspeed-node" in r["argv"]]
-    hosts = launch["argv"][launch["argv"].index("deepspeed-node") + 1]
+    script = f"{kit.installed()}/task/deepspeed-node.sh"  # the kit's, by path
+    (launch,) = [r for r in cluster.records("srun") if script in r["argv"]]
+    hosts = launch["argv"][launch["argv"].index(script) + 1]
     assert hosts == f"{JPBO}{IC} slots=2\njpbo-001-02{IC} slots=2\n"
 
 

@@ -1,5 +1,7 @@
-"""Ring 2 for launch mode ray: the node agent (launcher/task/ray.py, run as launcher.ray_node) with a fake `ray` and a
-fake head port, no Ray and no Slurm; the rendered script under the recording fakes."""
+"""Ring 2 for launch mode ray: the node agent (launcher/task/ray.py, run as the jobs run it:
+``python3 KIT/task/run.py ray-node``, from another directory, nothing on PYTHONPATH) with a
+fake `ray` and a fake head port, no Ray and no Slurm; the rendered script under the
+recording fakes."""
 
 from __future__ import annotations
 
@@ -12,9 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.modes.ray import RUN_MODULE
+from launcher import kit
 
-REPO = Path(__file__).resolve().parents[2]
+RUN_PY = kit.installed() / "task" / "run.py"
+
+
+def agent_env(**env: str) -> dict:
+    """This environment without PYTHONPATH: run.py finds the kit beside itself."""
+    full = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full.update(env)
+    return full
 
 
 # --- the agent as a worker, with a fake `ray` and a fake head port (ring 2) ---------------
@@ -34,13 +43,12 @@ def start_worker(tmp_path: Path, port: int, **env: str) -> subprocess.Popen:
     fake = tmp_path / "ray"
     fake.write_text(FAKE_RAY)
     fake.chmod(0o755)
-    full = {**os.environ, "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "localhost",
-            "SLURM_NODEID": "1", "SLURM_JOB_ID": "5", "SLURM_STEP_NODELIST": "localhost",
-            "FAKE_ARGV": str(tmp_path / "argv"), **env}
+    full = agent_env(SLURMD_NODENAME="localhost", SLURM_NODEID="1", SLURM_JOB_ID="5",
+                     SLURM_STEP_NODELIST="localhost", FAKE_ARGV=str(tmp_path / "argv"), **env)
     return subprocess.Popen(
-        [sys.executable, "-m", "launcher.ray_node", f"--head=127.0.0.1:{port}",
+        [sys.executable, str(RUN_PY), "ray-node", f"--head=127.0.0.1:{port}",
          f"--ray={fake}", "--join-timeout=20", f"--temp-dir={tmp_path / 'raytmp'}", "--", "x"],
-        env=full, stderr=subprocess.PIPE, text=True)
+        cwd=tmp_path, env=full, stderr=subprocess.PIPE, text=True)
 
 
 def wait_for_file(path: Path, proc: subprocess.Popen) -> str:
@@ -88,11 +96,10 @@ def test_worker_gives_up_on_a_head_that_never_opens(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "launcher.ray_node", f"--head=127.0.0.1:{port}",
-         "--join-timeout=1", "--ray=/bin/false", "--", "x"],
-        env={**os.environ, "PYTHONPATH": str(REPO), "SLURMD_NODENAME": "localhost",
-             "SLURM_NODEID": "1", "SLURM_JOB_ID": "5"}, capture_output=True, text=True,
-        timeout=30)
+        [sys.executable, str(RUN_PY), "ray-node", f"--head=127.0.0.1:{port}",
+         "--join-timeout=1", "--ray=/bin/false", "--", "x"], cwd=tmp_path,
+        env=agent_env(SLURMD_NODENAME="localhost", SLURM_NODEID="1", SLURM_JOB_ID="5"),
+        capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[0] == (
         f"ray_node: localhost: the Ray head 127.0.0.1:{port} did not open its port within 1 s")
@@ -114,11 +121,11 @@ def test_rendered_script_hands_hostile_values_to_one_agent_per_node(tmp_path):
         """)
     done = cluster.run(script)
     assert done.returncode == 0, done.stderr
-    agents = cluster.records("python3")
+    agents = cluster.records("ray-node")  # python3 KIT/task/run.py ray-node, as fake.py records
     assert len(agents) == 2
     for rec in agents:
-        assert rec["argv"] == ["-c", RUN_MODULE, "launcher.ray_node", "--head=jwb0001i:29742",
-                               "--suffix=i",
+        assert rec["run"] == str(RUN_PY)
+        assert rec["argv"] == ["--head=jwb0001i:29742", "--suffix=i",
                                "--procs-per-node=2", "--join-timeout=120", "--",
                                "python3", HOSTILE_NL, f"--flag={HOSTILE}", "", "*"]
     assert sorted(r["env"]["SLURM_NODEID"] for r in agents) == ["0", "1"]

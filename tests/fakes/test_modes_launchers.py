@@ -92,10 +92,11 @@ def test_a_failing_node_fails_the_job(fakes, mode):
 
 
 def test_accelerate_isolated_config_and_cpu(tmp_path):
-    """The real accelerate (venv), two nodes simulated on this machine by the rendered node
-    script, examples/accelerate_gather.py: a user config that accelerate would refuse
+    """The real accelerate (venv), two nodes simulated on this machine by the kit's node
+    script (launcher/task/accelerate-node.sh), examples/accelerate_gather.py: a user config that accelerate would refuse
     (unknown key) is never read, and Accelerator sees all 4 processes on CPU."""
-    from launcher.modes.accelerate import NODE_SCRIPT
+    from launcher import kit
+    from launcher.modes.accelerate import SCRIPT
     bindir = Path(sys.executable).parent
     stale = tmp_path / "hf" / "accelerate" / "default_config.yaml"
     stale.parent.mkdir(parents=True)
@@ -107,7 +108,7 @@ def test_accelerate_isolated_config_and_cpu(tmp_path):
         env = dict(os.environ, SLURM_NODEID=node, GLOO_SOCKET_IFNAME="lo",
                    HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT),
                    PATH=f"{bindir}:{os.environ['PATH']}")
-        argv = ["bash", "-c", NODE_SCRIPT, "accelerate-node", "", "1", "9", "accelerate",
+        argv = ["bash", str(kit.installed() / SCRIPT), "", "1", "9", "accelerate",
                 "launch", "--multi_gpu", "--num_machines=2", "--num_processes=4",
                 "--main_process_ip=127.0.0.1", f"--main_process_port={port}",
                 "--rdzv_backend=static", "--no_python", sys.executable, "-u",

@@ -62,7 +62,7 @@ def check(cluster: Cluster, done, node: int, launch_cpus) -> None:
         assert r["cpus"] == node, r["argv"]
     if launch_cpus is not None:
         assert sruns[2]["cpus"] == launch_cpus, sruns[2]["argv"]
-        tasks = [t for t in cluster.records() if t["prog"] in ("torchrun_jsc", "accelerate",
+        tasks = [t for t in cluster.records() if t["prog"] in ("torchrun_jsc", "ray-node", "accelerate",
                                                               "deepspeed")
                  or t["prog"] == "python3" and "t.py" in t["argv"]]
         assert tasks and all(t["env"]["SLURM_CPUS_PER_TASK"] == str(launch_cpus)

@@ -6,7 +6,6 @@ node count comes from the allocation, per-task variables expand in each task, En
 containers are created once and reused, and a failing task fails the job.
 """
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -19,10 +18,9 @@ from typing import Dict, Iterator, List
 import pytest
 import yaml
 
-from launcher import shipped
+from launcher import kit
 from launcher.jobscript import render_jobscript
-from launcher.modes.common import srun_task_env
-from launcher.spec import parse_spec
+from launcher.spec import load_spec, parse_spec
 from tests.helpers.cluster import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster, cleaned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +37,18 @@ def plain_fakes(tmp_path: Path) -> Iterator[Cluster]:
     yield from cleaned(Cluster(tmp_path, "submit_dir"))
 
 
-def job(name: str) -> Path:
-    return ROOT / "jobs" / f"{name}.job"
+KIT = kit.installed()
+RUN_PY = str(KIT / "node" / "run.py")
+
+
+def job(name: str, fakes: Cluster) -> Path:
+    """jobs/NAME.yaml rendered into the submit directory as `make jobs` renders it, but with
+    this kit's absolute path (the checked-in jobs/NAME.job names "$PWD/launcher": the clone's
+    kit, submitted from its root; tests/unit/test_render.py holds it equal to this render)."""
+    script = fakes.dir / f"{name}.job"
+    script.write_text(render_jobscript(load_spec(str(ROOT / "jobs" / f"{name}.yaml")),
+                                       kit_dir=str(KIT)), encoding="utf-8")
+    return script
 
 
 def hostile_spec(runtime: dict) -> str:
@@ -78,9 +86,9 @@ def test_hostile_values_arrive_byte_identical_apptainer(fakes):
         assert rec["env"]["HOSTILE"] == HOSTILE_NL and rec["env"]["PLAIN"] == "x"
         assert rec["env"]["SLURM_JOB_NAME"] == HOSTILE_NAME
     for rec in fakes.records("apptainer"):
-        assert rec["argv"][:6] == ["exec", "--nv", "--bind", f"{bind_src}:/in side:ro",
-                                   "--bind", str(fakes.dir)]
-        assert rec["argv"][6] == "my image.sif"
+        assert rec["argv"][:8] == ["exec", "--nv", "--bind", f"{KIT}:{KIT}:ro",
+                                   "--bind", f"{bind_src}:/in side:ro", "--bind", str(fakes.dir)]
+        assert rec["argv"][8] == "my image.sif"
     assert not list(fakes.dir.parent.rglob("pwned*"))
 
 
@@ -102,7 +110,7 @@ def test_hostile_values_enroot_and_secrets_by_name_only(plain_fakes):
 
 def test_node_count_comes_from_the_allocation(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_container"), nodes=3)  # spec says 2; Slurm gave 3
+    done = fakes.run(job("ddp_container", fakes), nodes=3)  # spec says 2; Slurm gave 3
     assert done.returncode == 0, done.stderr
     (srun,) = fakes.records("srun")
     assert "--nodes=3" in srun["argv"] and "--ntasks-per-node=1" in srun["argv"]
@@ -120,7 +128,7 @@ def test_node_count_comes_from_the_allocation(fakes):
 def test_per_task_variables_expand_in_each_task(fakes):
     (fakes.dir / "image.sif").write_text("")
     # Batch-scope values that a wrongly scoped script would hand to every task.
-    done = fakes.run(job("ddp_srun"), SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+    done = fakes.run(job("ddp_srun", fakes), SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
     assert done.returncode == 0, done.stderr
     envs = [r["env"] for r in fakes.records("python3")]
     assert sorted(int(e["RANK"]) for e in envs) == list(range(4))  # 2 nodes x 2 tasks
@@ -136,16 +144,17 @@ def test_per_task_variables_expand_in_each_task(fakes):
 
 def test_srun_mode_keeps_a_chosen_interface(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_srun"), GLOO_SOCKET_IFNAME="eth7", NCCL_SOCKET_IFNAME="ib3")
+    done = fakes.run(job("ddp_srun", fakes), GLOO_SOCKET_IFNAME="eth7", NCCL_SOCKET_IFNAME="ib3")
     assert done.returncode == 0, done.stderr
     envs = [r["env"] for r in fakes.records("python3")]
     assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("eth7", "ib3")}
-    assert len(fakes.records("python3-net")) == 4  # the shipped rule ran, in every task
+    # The kit's rule ran, in every task, from the kit (python3 -I KIT/node/run.py net-env).
+    assert [r["run"] for r in fakes.records("python3-net")] == [RUN_PY] * 4
 
 
 def test_srun_mode_unresolvable_master_fails_loudly(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_srun"), FAKE_GETENT_FAIL="1")
+    done = fakes.run(job("ddp_srun", fakes), FAKE_GETENT_FAIL="1")
     assert done.returncode != 0 and "MASTER_ADDR: host 'jwb0001i' does not resolve: Name or " \
         "service not known\n" in done.stderr
     assert not fakes.records("python3")
@@ -160,11 +169,11 @@ def test_srun_mode_unresolvable_master_fails_loudly(fakes):
     ("loopback_first", "IPv4", "ib0"),
 ])
 def test_srun_mode_address_rule(fakes, getent, family, ifname):
-    """The task script picks MASTER_ADDR's address by torchrun_jsc's rule (the shipped
-    launcher/node/net source, run by the fake python3 against the fake network), on every node:
+    """The task script picks MASTER_ADDR's address by torchrun_jsc's rule (the kit's
+    launcher/node/net, run by the fake python3 against the fake network), on every node:
     node 0 owns the address, the others route to it."""
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_srun"), FAKE_GETENT=getent, TORCHRUN_JSC_ADDRESS_FAMILY=family)
+    done = fakes.run(job("ddp_srun", fakes), FAKE_GETENT=getent, TORCHRUN_JSC_ADDRESS_FAMILY=family)
     assert done.returncode == 0, done.stderr
     envs = [r["env"] for r in fakes.records("python3")]
     assert len(envs) == 4  # 2 nodes x 2 tasks
@@ -179,12 +188,9 @@ def test_srun_mode_address_rule(fakes, getent, family, ifname):
 ])
 def test_srun_mode_address_rule_refusals(fakes, family, msg):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_srun"), FAKE_GETENT="v6only", TORCHRUN_JSC_ADDRESS_FAMILY=family)
+    done = fakes.run(job("ddp_srun", fakes), FAKE_GETENT="v6only", TORCHRUN_JSC_ADDRESS_FAMILY=family)
     assert done.returncode != 0 and msg in done.stderr
     assert not fakes.records("python3")
-
-
-NET_SHA = hashlib.sha256(shipped.source("net").encode()).hexdigest()
 
 
 @pytest.mark.parametrize("name,image,tasks,mpi", [
@@ -192,14 +198,15 @@ NET_SHA = hashlib.sha256(shipped.source("net").encode()).hexdigest()
     ("horovod_container", "horovod.sif", 4, True),  # horovod over srun --mpi
     ("horovod_mpirun", "horovod.sif", 4, True),     # horovod over mpirun
 ])
-def test_task_scripts_run_the_shipped_rule(fakes, name, image, tasks, mpi):
-    """Each task runs launcher/node/net as shipped (python3 -I -c SOURCE), byte for byte the bundle,
-    and its program gets the interface the rule picked (dual stack, IPv6 asked for: ib6)."""
+def test_task_scripts_run_the_kits_rule(fakes, name, image, tasks, mpi):
+    """Each task runs the kit's launcher/node/net (python3 -I KIT/node/run.py net-env, from
+    launcher/node/task.sh), and its program gets the interface the rule picked (dual stack,
+    IPv6 asked for: ib6)."""
     (fakes.dir / image).write_text("")
-    done = fakes.run(job(name), FAKE_GETENT="dual", TORCHRUN_JSC_ADDRESS_FAMILY="ipv6")
+    done = fakes.run(job(name, fakes), FAKE_GETENT="dual", TORCHRUN_JSC_ADDRESS_FAMILY="ipv6")
     assert done.returncode == 0, done.stderr
     rules = fakes.records("python3-net")
-    assert len(rules) == tasks and {r["source_sha256"] for r in rules} == {NET_SHA}
+    assert len(rules) == tasks and {r["run"] for r in rules} == {RUN_PY}
     assert {tuple(r["argv"]) for r in rules} == {("--mpi", "jwb0001i") if mpi else ("jwb0001i",)}
     envs = [r["env"] for r in fakes.records("python3")]
     assert len(envs) == tasks
@@ -209,19 +216,23 @@ def test_task_scripts_run_the_shipped_rule(fakes, name, image, tasks, mpi):
             == {("ib6", "ib6")}
 
 
-@pytest.mark.parametrize("name", ["ddp_srun", "horovod_container", "horovod_mpirun",
-                                  "sum_accelerate", "sum_deepspeed", "sum_srun", "sum_submitit"])
-def test_checked_in_task_scripts_hold_the_bundle_once(name):
-    """Verbatim (it has no single quote), once, at batch scope in the task script variable."""
+@pytest.mark.parametrize("name, kind", [
+    ("ddp_srun", "srun"), ("horovod_container", "mpi"), ("horovod_mpirun", "mpi"),
+    ("sum_accelerate", "ifname"), ("sum_deepspeed", "ifname"), ("sum_srun", "srun"),
+    ("sum_submitit", "srun")])
+def test_checked_in_jobs_call_the_kits_task_script(name, kind):
+    """The rule is the kit's file, called by path in each task (launcher/node/task.sh KIND):
+    no copy of it, nor of the name lookup (launcher/node/job.sh), in the jobscript."""
     text = (ROOT / "jobs" / f"{name}.job").read_text()
-    assert text.count(shipped.source("net")) == 1
-    assert "getent ahosts" not in text and "ip -o route" not in text  # the bash copy is gone
-    # getent only in the batch step's lookup of the first node's name (launcher/internode.py)
-    assert text.count("getent") == 1 and "getent hosts \"$1$suffix\"" in text
+    assert f'bash "${{kit}}/node/task.sh" {kind} ' in text.replace(" \\\n    ", " ")
+    assert text.count("node/task.sh") == 1
+    assert "getent" not in text and "ip -o route" not in text and "python3 -I -c" not in text
+    assert 'getent hosts "$1$suffix"' in (KIT / "node" / "job.sh").read_text()
 
 
-def test_pyxis_srun_task_script_runs_the_shipped_rule_in_the_image(plain_fakes):
-    """pyxis starts the whole task in the image: the same script, the image's python3."""
+def test_pyxis_srun_task_script_runs_the_kits_rule_in_the_image(plain_fakes):
+    """pyxis starts the whole task in the image: the same script (the kit's, bound there at
+    its own path), the image's python3."""
     fakes = plain_fakes
     (fakes.dir / "image.sqsh").write_text("squashfs")
     script = fakes.render("""\
@@ -234,15 +245,17 @@ def test_pyxis_srun_task_script_runs_the_shipped_rule_in_the_image(plain_fakes):
     done = fakes.run(script, FAKE_GETENT="loopback_first")
     assert done.returncode == 0, done.stderr
     rules = fakes.records("python3-net")
-    assert len(rules) == 4 and {r["source_sha256"] for r in rules} == {NET_SHA}
+    assert len(rules) == 4 and {r["run"] for r in rules} == {RUN_PY}
+    (srun,) = [r for r in fakes.records("srun") if "--container-image" in " ".join(r["argv"])]
+    assert srun["argv"][-5:-2] == ["bash", str(KIT / "node" / "task.sh"), "srun"]
     envs = [r["env"] for r in fakes.records("python3")]
     assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {("ib0", "=ib0")}
 
 
 def test_task_script_without_python3_says_so_in_one_line(tmp_path):
     """Where the rule runs without a python3 (a bare host, an image without one)."""
-    script = srun_task_env()
-    done = subprocess.run(["/bin/bash", "-c", script, "task", "/bin/echo", "STARTED"],
+    done = subprocess.run(["/bin/bash", str(KIT / "node" / "task.sh"), "srun", "/bin/echo",
+                           "STARTED"],
                           env={"PATH": str(tmp_path), "MASTER_ADDR": "jwb0001i",
                                "SLURMD_NODENAME": "jwb0002"},
                           capture_output=True, text=True, timeout=30)
@@ -253,7 +266,7 @@ def test_task_script_without_python3_says_so_in_one_line(tmp_path):
 
 def test_srun_mode_derived_nccl_ifname_is_exact_but_user_value_kept(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_srun"), GLOO_SOCKET_IFNAME="eth7")
+    done = fakes.run(job("ddp_srun", fakes), GLOO_SOCKET_IFNAME="eth7")
     envs = [r["env"] for r in fakes.records("python3")]
     assert done.returncode == 0 and envs
     assert {(e["GLOO_SOCKET_IFNAME"], e["NCCL_SOCKET_IFNAME"]) for e in envs} == {
@@ -262,7 +275,7 @@ def test_srun_mode_derived_nccl_ifname_is_exact_but_user_value_kept(fakes):
 
 def test_per_task_variables_unset_at_batch_scope_are_fine(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_srun"))  # set -u would abort on a batch-scope $SLURM_PROCID
+    done = fakes.run(job("ddp_srun", fakes))  # set -u would abort on a batch-scope $SLURM_PROCID
     assert done.returncode == 0, done.stderr
 
 
@@ -278,7 +291,7 @@ def test_enroot_container_created_once_and_reused(plain_fakes):
     image.write_text("squashfs v1")
     os.utime(image, (1000, 1000))
     for _ in range(2):
-        done = fakes.run(job("ddp_enroot"))
+        done = fakes.run(job("ddp_enroot", fakes))
         assert done.returncode == 0, done.stderr
     creates = [r for r in fakes.records("enroot") if r["argv"][0] == "create"]
     assert len(creates) == 1  # first job, first node; the rest reuse it
@@ -291,19 +304,19 @@ def test_enroot_container_created_once_and_reused(plain_fakes):
     assert all("ENROOT_DATA_PATH" not in r["env"] and r["data"] == data for r in starts)
     image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
     os.utime(image, (2000, 2000))
-    assert fakes.run(job("ddp_enroot")).returncode == 0
+    assert fakes.run(job("ddp_enroot", fakes)).returncode == 0
     creates = [r for r in fakes.records("enroot") if r["argv"][0] == "create"]
     assert len(creates) == 2 and name in _containers(fakes) and len(_containers(fakes)) == 2
     image.write_text("squashfs v3")  # keep_old: 1 keeps one older image's container
     os.utime(image, (3000, 3000))
-    assert fakes.run(job("ddp_enroot")).returncode == 0
+    assert fakes.run(job("ddp_enroot", fakes)).returncode == 0
     assert len(_containers(fakes)) == 2 and name not in _containers(fakes)
 
 
 def test_enroot_kill_mid_create_leaves_nothing_a_job_uses(plain_fakes):
     fakes = plain_fakes
     (fakes.dir / "image.sqsh").write_text("squashfs")
-    script = job("ddp_enroot")
+    script = job("ddp_enroot", fakes)
     proc = subprocess.Popen(["bash", str(script)], cwd=fakes.dir, start_new_session=True,
                             env=dict(fakes.env, SLURM_JOB_ID="41", SLURM_JOB_NAME="x",
                                      SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="jwb0001",
@@ -328,7 +341,7 @@ def test_enroot_kill_mid_create_leaves_nothing_a_job_uses(plain_fakes):
 def test_enroot_task_sees_slurm_and_gpu_variables(plain_fakes):
     fakes = plain_fakes
     (fakes.dir / "image.sqsh").write_text("squashfs")
-    done = fakes.run(job("ddp_enroot"), SLURM_JOB_GPUS="0,1,2,3", CUDA_VISIBLE_DEVICES="0,1,2,3")
+    done = fakes.run(job("ddp_enroot", fakes), SLURM_JOB_GPUS="0,1,2,3", CUDA_VISIBLE_DEVICES="0,1,2,3")
     assert done.returncode == 0, done.stderr
     envs = sorted((r["env"] for r in fakes.records("torchrun_jsc")), key=lambda e: e["SLURM_NODEID"])
     assert [e["SLURM_NODEID"] for e in envs] == ["0", "1"]
@@ -338,7 +351,7 @@ def test_enroot_task_sees_slurm_and_gpu_variables(plain_fakes):
 
 def test_enroot_missing_image_fails_loudly(plain_fakes):
     fakes = plain_fakes
-    done = fakes.run(job("ddp_enroot"))
+    done = fakes.run(job("ddp_enroot", fakes))
     assert done.returncode != 0
     assert "image.sqsh" in done.stderr and not fakes.records("torchrun_jsc")
 
@@ -348,7 +361,7 @@ def test_venv_job_activates_the_venv(fakes):
     activate.parent.mkdir(parents=True)
     activate.write_text(f'export VIRTUAL_ENV="{fakes.dir}/.venv"\n'
                         'echo "$UNSET_IN_ACTIVATE" >/dev/null\n')  # not written for set -u
-    done = fakes.run(job("ddp_venv"))
+    done = fakes.run(job("ddp_venv", fakes))
     assert done.returncode == 0, done.stderr
     runs = fakes.records("torchrun_jsc")
     assert len(runs) == 2 and all(r["env"]["VIRTUAL_ENV"] == f"{fakes.dir}/.venv" for r in runs)
@@ -357,7 +370,7 @@ def test_venv_job_activates_the_venv(fakes):
 
 def test_horovod_srun_one_rank_per_gpu(fakes):
     (fakes.dir / "horovod.sif").write_text("")
-    done = fakes.run(job("horovod_container"))
+    done = fakes.run(job("horovod_container", fakes))
     assert done.returncode == 0, done.stderr
     (srun,) = fakes.records("srun")
     assert "--mpi=pmix" in srun["argv"] and "--ntasks-per-node=2" in srun["argv"]
@@ -367,7 +380,7 @@ def test_horovod_srun_one_rank_per_gpu(fakes):
 
 def test_horovod_mpirun_one_rank_per_gpu(fakes):
     (fakes.dir / "horovod.sif").write_text("")
-    done = fakes.run(job("horovod_mpirun"))
+    done = fakes.run(job("horovod_mpirun", fakes))
     assert done.returncode == 0, done.stderr
     (mpirun,) = fakes.records("mpirun")
     assert mpirun["argv"][:4] == ["-np", "4", "--map-by", "ppr:2:node"]
@@ -379,7 +392,7 @@ def test_horovod_mpirun_one_rank_per_gpu(fakes):
 
 def test_mpirun_starts_one_torchrun_per_node(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_mpirun_torchrun"))
+    done = fakes.run(job("ddp_mpirun_torchrun", fakes))
     assert done.returncode == 0, done.stderr
     assert fakes.records("mpirun")[0]["argv"][:4] == ["-np", "2", "--map-by", "ppr:1:node"]
     assert len(fakes.records("torchrun_jsc")) == 2
@@ -388,13 +401,13 @@ def test_mpirun_starts_one_torchrun_per_node(fakes):
 def test_pyxis_flags(plain_fakes):
     fakes = plain_fakes
     (fakes.dir / "image.sqsh").write_text("squashfs")
-    done = fakes.run(job("ddp_pyxis"))
+    done = fakes.run(job("ddp_pyxis", fakes))
     assert done.returncode == 0, done.stderr
     setup, srun = fakes.records("srun")
     assert not any(a.startswith("--container") for a in setup["argv"])  # on the host
     d = fakes.dir
     assert f"--container-image={d}/image.sqsh" in srun["argv"]
-    assert f"--container-mounts={d}:{d}" in srun["argv"]
+    assert f"--container-mounts={KIT}:{KIT}:ro,{d}:{d}" in srun["argv"]  # the kit, read-only
     assert f"--container-workdir={d}" in srun["argv"]
     (name,) = [a for a in srun["argv"] if a.startswith("--container-name=")]
     assert name.startswith("--container-name=image-8-")  # the image's stamp: size-mtime
@@ -402,21 +415,22 @@ def test_pyxis_flags(plain_fakes):
 
 def test_failing_task_fails_the_job(fakes):
     (fakes.dir / "image.sif").write_text("")
-    done = fakes.run(job("ddp_container"), FAKE_PROGRAM_RC="3")
+    done = fakes.run(job("ddp_container", fakes), FAKE_PROGRAM_RC="3")
     assert done.returncode != 0
 
 
 def test_enroot_refuses_submit_dir_with_space(fakes):
     (fakes.dir / "image.sqsh").write_text("")
-    done = fakes.run(job("ddp_enroot"))
-    assert done.returncode == 1 and "enroot cannot bind the submit directory" in done.stderr
+    done = fakes.run(job("ddp_enroot", fakes))
+    assert done.returncode == 1
+    assert done.stderr == f"enroot cannot bind {fakes.dir} (it contains whitespace, ':' or ',')\n"
     assert not fakes.records("srun")
 
 
 def test_missing_nodelist_fails_loudly(fakes):
     (fakes.dir / "image.sif").write_text("")
     env: Dict[str, str] = {"SLURM_JOB_NODELIST": ""}
-    done = fakes.run(job("ddp_container"), **env)
+    done = fakes.run(job("ddp_container", fakes), **env)
     assert done.returncode != 0 and "no first node" in done.stderr
     assert not fakes.records("srun")
 
@@ -466,23 +480,23 @@ def test_pyxis_container_made_by_the_kit_and_an_unmarked_one_replaced(plain_fake
     image = fakes.dir / "image.sqsh"
     image.write_text("squashfs v1")
     os.utime(image, (1000, 1000))
-    done = fakes.run(job("ddp_pyxis"))
+    done = fakes.run(job("ddp_pyxis", fakes))
     assert done.returncode == 0, done.stderr
     data = Path(f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data")
     (name,) = [p.name for p in data.iterdir() if not p.name.startswith(".")]
     assert name == "pyxis_image-11-1000" and (data / name / ".torchrun-jsc-created").is_file()
     assert "pyxis: creating container pyxis_image-11-1000" in done.stdout
     (data / name / ".torchrun-jsc-created").unlink()  # as if the create had been killed
-    again = fakes.run(job("ddp_pyxis"))
+    again = fakes.run(job("ddp_pyxis", fakes))
     assert again.returncode == 0, again.stderr
     assert "removing pyxis_image-11-1000, left by an interrupted create" in again.stdout
     assert (data / name / ".torchrun-jsc-created").is_file()
-    reused = fakes.run(job("ddp_pyxis"))
+    reused = fakes.run(job("ddp_pyxis", fakes))
     assert "pyxis: reusing container pyxis_image-11-1000" in reused.stdout
     os.utime(image, (2000, 2000))  # a rebuilt image: new name; keep_old 1 keeps one older
-    fakes.run(job("ddp_pyxis"))
+    fakes.run(job("ddp_pyxis", fakes))
     os.utime(image, (3000, 3000))
-    newest = fakes.run(job("ddp_pyxis"))
+    newest = fakes.run(job("ddp_pyxis", fakes))
     assert "removing pyxis_image-11-1000 (an older image)" in newest.stdout
     assert sorted(p.name for p in data.iterdir() if not p.name.startswith(".")) == \
         ["pyxis_image-11-2000", "pyxis_image-11-3000"]

@@ -18,6 +18,7 @@ from typing import List, Tuple
 
 import pytest
 
+from launcher import __version__, kit
 from launcher.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from launcher.slurm import PORT_BASE, PORT_SPAN, rdzv_port, rdzv_port_lines
@@ -61,7 +62,9 @@ def job_with_taken_ports(stack: ExitStack, taken: int, ids: range) -> Tuple[int,
 
 
 def probe(job_id: int) -> str:
-    script = "\n".join(rdzv_port_lines("rdzv_port", "rdzv_host")) + '\necho "$rdzv_port"\n'
+    # The rendered line, with the kit's function it calls (launcher/node/job.sh).
+    script = (f'kit={kit.installed()}\nsource "$kit/node/job.sh" {__version__}\n'
+              + "\n".join(rdzv_port_lines("rdzv_port", "rdzv_host")) + '\necho "$rdzv_port"\n')
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
                           text=True, timeout=30, check=False,
                           env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": str(job_id),

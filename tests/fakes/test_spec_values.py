@@ -62,19 +62,29 @@ def test_unset_name_stops_the_job_in_one_line(fakes):
 
 
 def test_a_launcher_py_in_the_submit_directory_does_not_replace_the_ray_agent(tmp_path):
+    """The Ray agent runs from the kit by path (python3 "$kit/task/run.py" ray-node), so a
+    launcher.py in the submit directory, even on the PYTHONPATH, is never imported."""
     import subprocess
     import sys
+    from launcher import kit
+    from launcher.modes.common import command_argv
     from launcher.modes.ray import AGENT
+    from launcher.shell import resolve
+    from launcher.spec import parse_spec
     root = Path(__file__).resolve().parents[2]
     (tmp_path / "launcher.py").write_text("open('shadowed', 'w'); print('SHADOW')\n")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{root}"}
     run = lambda argv: subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env,  # noqa: E731
                                       capture_output=True, text=True, timeout=60, check=False)
-    # The trap: -m puts the submit directory first on sys.path.
-    assert "SHADOW" in run(["python3", "-m", "launcher.ray_node", "--help"]).stdout
-    done = run([*AGENT, "--help"])
+    # The trap: -m (or the PYTHONPATH) puts the submit directory first on sys.path.
+    assert "SHADOW" in run(["python3", "-m", "launcher.task.ray", "--help"]).stdout
+    (tmp_path / "shadowed").unlink()
+    spec = parse_spec("job: {nodes: 1}\nlaunch: {mode: ray, procs_per_node: 1}\n"
+                      "program: [python3, d.py]\n", "r.yaml")
+    agent = resolve(command_argv(spec), {"kit": str(kit.installed())})  # as the job runs it
+    assert spec.launch.command == AGENT
+    assert agent == ["python3", f"{kit.installed()}/task/run.py", "ray-node"]
+    done = run([*agent, "--help"])
     assert done.returncode == 0, done.stderr
     assert "SHADOW" not in done.stdout and "--head" in done.stdout
-    (tmp_path / "shadowed").unlink(missing_ok=True)
-    run([*AGENT, "--help"])
     assert not (tmp_path / "shadowed").exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import kit
 from launcher.model import SpecError
 from tests.helpers import fake
 
@@ -20,8 +21,10 @@ from tests.helpers import fake
 # --- Ring 2 ---------------------------------------------------------------------------------
 
 def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, files=(),
-                   submit_name="submit dir", folder_name="sub mit"):
-    """executor_for on a spec file, then its sbatch file run by bash with the fakes."""
+                   submit_name="submit dir", folder_name="sub mit", env=None):
+    """executor_for on a spec file, then its sbatch file run by bash with the fakes (``env``:
+    the job's variables changed)."""
+    extra = dict(env or {})
     from launcher.submitit import executor_for
     submit = tmp_path / submit_name
     submit.mkdir()
@@ -41,6 +44,7 @@ def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, fil
     script.write_text(executor._make_submission_file_text(executor._submitit_command_str, "u"))
     env.update(SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="jwb[0001-0002]",
                SLURM_NTASKS_PER_NODE="2", SLURM_JOB_CPUS_PER_NODE="48(x2)")
+    env.update(extra)
     try:
         done = subprocess.run(["bash", str(script)], cwd=submit, env=env, capture_output=True,
                               text=True, timeout=120, check=False)
@@ -75,6 +79,21 @@ def test_every_task_gets_rank_master_and_interface_before_python(tmp_path, monke
         assert r["env"]["GLOO_SOCKET_IFNAME"] == "ib0"  # the shipped rule, on the fake network
         assert r["env"]["NCCL_SOCKET_IFNAME"] == "=ib0"
         assert r["env"]["SRUN_CPUS_PER_TASK"] == "24"
+    # The interface was picked by the kit's rule, run from the kit by path in every task.
+    nets = [r for r in records if r["prog"] == "python3-net"]
+    assert len(nets) == 4 and {r["run"] for r in nets} == {str(kit.installed() / "node/run.py")}
+    # The set-up sources the kit's functions, from the kit of this render (absolute).
+    assert f"kit={kit.installed()}\n" in text
+
+
+def test_no_first_node_stops_the_job_before_python(tmp_path, monkeypatch):
+    """submitit's set-up runs without set -e: a node list without a first node must still end
+    the job there, with one line, before any task starts (as the jobscript does)."""
+    done, records, _, _ = run_submission(tmp_path, monkeypatch, BARE, python="python3",
+                                         env={"SLURM_JOB_NODELIST": ""})
+    assert "no first node in SLURM_JOB_NODELIST" in done.stderr
+    assert done.returncode != 0
+    assert not [r for r in records if r["prog"] in ("srun", "python3")], records
 
 
 def test_apptainer_tasks_run_python_in_the_image_with_the_folder_bound(tmp_path, monkeypatch):
@@ -87,7 +106,9 @@ def test_apptainer_tasks_run_python_in_the_image_with_the_folder_bound(tmp_path,
     assert len(containers) == 4
     root = str(folder.parent)
     for r in containers:
-        assert r["argv"] == ["exec", "--bind", f"{root}:{root}", "--bind",
+        kit_dir = str(kit.installed())  # the kit, read-only at its own path
+        assert r["argv"] == ["exec", "--bind", f"{kit_dir}:{kit_dir}:ro", "--bind",
+                             f"{root}:{root}", "--bind",
                              str(tmp_path / "submit dir"), "my img.sif", "python3", "-u", "-m",
                              "submitit.core._submit", str(folder)]
         assert r["env"]["MASTER_ADDR"] == "jwb0001i" and r["env"]["WORLD_SIZE"] == "4"

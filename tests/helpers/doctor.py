@@ -1,5 +1,5 @@
-"""A node's doctor report as the shipped collector reads it, for the doctor's ring-1 and ring-2
-tests (tests/unit/test_doctor.py, tests/fakes/test_doctor.py)."""
+"""A node's doctor report as the collector (launcher/node/doctor/report.py) reads it, for the
+doctor's ring-1 and ring-2 tests (tests/unit/test_doctor.py, tests/fakes/test_doctor.py)."""
 
 from launcher.node.doctor import node
 

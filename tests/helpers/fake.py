@@ -10,7 +10,7 @@ they were given, once per simulated task, with that task's Slurm variables, so s
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -422,15 +422,17 @@ FAKE_ADDRESSES = {"": ("10.0.0.1",), "loopback_first": ("127.0.1.1", "10.0.0.1")
 
 
 def is_net_rule(argv: List[str]) -> bool:
-    """The task scripts' interface step: `python3 -I -c SOURCE [--mpi] MASTER_ADDR` with the
-    shipped launcher/node/net bundle (launcher/shipped.py) as SOURCE."""
-    return argv[:2] == ["-I", "-c"] and len(argv) > 2 and "sys.exit(task_env_main(" in argv[2]
+    """The task scripts' interface step: `python3 -I KIT/node/run.py net-env [--mpi]
+    MASTER_ADDR` (launcher/node/task.sh)."""
+    return len(argv) > 2 and argv[0] == "-I" and argv[1].endswith("/node/run.py") \
+        and argv[2] == "net-env"
 
 
 def net_rule(argv: List[str]) -> int:
-    """Run the shipped rule itself, its three touches of the network (getaddrinfo, the
-    interface list, the UDP source address) answered by the fake network above."""
-    _record("python3-net", argv[3:], {"source_sha256": hashlib.sha256(argv[2].encode()).hexdigest()})
+    """Run the kit's rule itself (launcher/node/net/probe.py, the module the task script's
+    run.py runs), its three touches of the network (getaddrinfo, the interface list, the UDP
+    source address) answered by the fake network above."""
+    _record("python3-net", argv[3:], {"run": argv[1]})
     node0 = os.environ.get("SLURM_NODEID") == "0"
     names = {"127.0.0.1": "lo", "10.0.0.1" if node0 else "10.0.0.2": "ib0",
              "fd00::1" if node0 else "fd00::2": "ib6"}
@@ -448,18 +450,32 @@ def net_rule(argv: List[str]) -> int:
             return "127.0.0.1"
         return addr if node0 else ("fd00::2" if ":" in addr else "10.0.0.2")
 
+    # The kit's module, loaded as the task script's run.py loads it: the package beside it.
+    run_py = importlib.util.spec_from_file_location("jsc_kit_node_run", argv[1])
+    run = importlib.util.module_from_spec(run_py)
+    run_py.loader.exec_module(run)  # type: ignore[union-attr]
+    run.load_kit()
+    from launcher.node.net import probe
+
     socket.getaddrinfo = getaddrinfo  # this process runs the rule and nothing else
-    shipped: Dict[str, object] = {"__name__": "fake-node"}  # not __main__: no entry call
-    exec(compile(argv[2], "<shipped net>", "exec"), shipped)
-    shipped.update(interface_addresses=lambda: dict(names), source_address=source_address)
-    return shipped["task_env_main"](argv[3:])  # type: ignore[operator]
+    probe.interface_addresses = lambda: dict(names)  # type: ignore[assignment]
+    probe.source_address = source_address  # type: ignore[assignment]
+    return probe.task_env_main(argv[3:])
+
+
+def kit_program(argv: List[str]) -> bool:
+    """`python3 KIT/task/run.py COMMAND ARGS`: the kit's torchrun_jsc or Ray agent."""
+    return len(argv) > 1 and argv[0].endswith("/task/run.py")
 
 
 def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
     if prog == "python3" and is_net_rule(argv):
         return net_rule(argv)
-    _record(prog, argv)
+    extra: Dict[str, object] = {}
+    if prog == "python3" and kit_program(argv):  # recorded as the command it runs
+        prog, argv, extra = argv[1], argv[2:], {"run": argv[0]}  # "run": KIT/task/run.py
+    _record(prog, argv, extra)
     if prog.startswith("torchrun") and "--no-python" in argv:
         cmd = argv[argv.index("--no-python") + 1:]
         env = dict(os.environ, RANK="0", LOCAL_RANK="0")

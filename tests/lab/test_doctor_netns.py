@@ -1,7 +1,8 @@
 """Ring 3 without Slurm: the doctor's node script on two network namespaces of its own
 (``docn1``, ``docn2``: one veth pair, 10.88.0.1 and .2), with and without every packet
-between them dropped (iptables in docn1). The shipped script runs as the jobscript runs it
-(``python3 -c SCRIPT node ...``), its reports are collected by the same script (``table``).
+between them dropped (iptables in docn1). The kit's entry runs as the jobscript runs it
+(``python3 -I KIT/node/run.py doctor node ...``), its reports are collected by the same entry
+(``doctor table``).
 Nothing shared is touched: the namespaces are this test's and removed afterwards.
 """
 
@@ -16,7 +17,7 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from launcher.doctor.ship import node_script
+from launcher import kit
 
 NODES = ("docn1", "docn2")
 ADDR = {"docn1": "10.88.0.1", "docn2": "10.88.0.2"}
@@ -49,19 +50,18 @@ def pair() -> Iterator[None]:
 
 def _doctor(conf: str = '{"runtime": "bare", "program": "python3", "timeout": 3.0}'
             ) -> Tuple[int, List[str], float]:
-    script = node_script()
+    entry = [sys.executable, "-I", str(kit.installed() / "node" / "run.py"), "doctor"]
     start = time.monotonic()
-    procs = [subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "--", sys.executable, "-c",
-                               script, "node", conf, ADDR["docn1"], str(PORT), "--"],
+    procs = [subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "--", *entry,
+                               "node", conf, ADDR["docn1"], str(PORT), "--"],
                               env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": str(i),
                                    "SLURM_STEP_NUM_NODES": "2", "SLURMD_NODENAME": ns},
                               stdout=subprocess.PIPE, text=True)
              for i, ns in enumerate(NODES)]
     out = "".join(p.communicate(timeout=30)[0] for p in procs)
     took = time.monotonic() - start
-    done = subprocess.run([sys.executable, "-c", script, "table", conf, ADDR["docn1"], str(PORT),
-                           " ".join(NODES)], input=out, capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run([*entry, "table", conf, ADDR["docn1"], str(PORT), " ".join(NODES)],
+                          input=out, capture_output=True, text=True, check=False)
     return done.returncode, done.stdout.splitlines(), took
 
 

@@ -46,6 +46,9 @@ def workdir(base: Path) -> Path:
     (base / "examples").mkdir(parents=True)
     shutil.copy(REPO / "examples" / "ddp_train.py", base / "examples")
     (base / "image.sif").symlink_to(REPO / "image.sif")
+    # The checked-in jobscripts name the kit relative to the submit directory (the clone's
+    # root): here, the clone's.
+    (base / "launcher").symlink_to(REPO / "launcher")
     return base
 
 

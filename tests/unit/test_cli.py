@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.cli import launcher_label, main
+from launcher.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = "job: {nodes: 2}\nprogram: [python3, t.py]\n"
@@ -111,7 +111,8 @@ def test_preview_bad_nodelist(capsys):
 
 def test_check_image_rejects_non_apptainer(capsys):
     assert main(["check", "--image", str(ROOT / "jobs/ddp_venv.yaml")]) == 2
-    assert "check --image reads Apptainer images only" in capsys.readouterr().err
+    assert "check --image runs the image here with Apptainer: apptainer images only" in \
+        capsys.readouterr().err
 
 
 def test_check_image_missing_image(tmp_path, capsys):
@@ -121,12 +122,18 @@ def test_check_image_missing_image(tmp_path, capsys):
     assert "none.sif: image not found (build it with `make image`)" in capsys.readouterr().err
 
 
-def test_launcher_label():
-    assert launcher_label({"org.torch.version": "2.13"}) is None
-    assert launcher_label({"launcher.version": "0.1.0"}) == "launcher.version=0.1.0"
-    assert launcher_label({"x": "has torchrun_jsc"}) == "x=has torchrun_jsc"
-    assert launcher_label({"org.torchrun-jsc.base": "b", "org.torchrun-jsc.launcher-version":
-                           "0.1.0"}) == "org.torchrun-jsc.launcher-version=0.1.0"
+def test_kit_option_must_name_the_kits_package(tmp_path, capsys):
+    """--kit DIR: a directory without the kit's node/job.sh is one line, exit 2."""
+    assert main(["render", str(ROOT / "jobs/ddp_container.yaml"), "--kit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not the kit's package directory" in err, err
+
+
+def test_kit_option_renders_that_kit(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the kit is not below: an absolute path
+    assert main(["render", str(ROOT / "jobs/ddp_container.yaml"), "--kit",
+                 str(ROOT / "launcher")]) == 0
+    assert f"\nkit={ROOT}/launcher\n" in capsys.readouterr().out
 
 
 def test_output_onto_the_spec_is_refused(tmp_path, capsys):

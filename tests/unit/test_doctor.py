@@ -1,20 +1,23 @@
 """Ring 1: the doctor without Slurm. The spec key, the rendered step (bash -n, shellcheck,
-placement before the launch), the shipped script (one standalone program), the collector (a
-node without a report, a node that resolves the name elsewhere) and the table; the CLI's
-one-line errors. The node checks on this machine: tests/fakes/test_doctor.py."""
+placement before the launch), the kit's entry (``python3 -I KIT/node/run.py doctor``, run
+alone), the collector (a node without a report, a node that resolves the name elsewhere) and
+the table; the CLI's one-line errors. The node checks on this machine:
+tests/fakes/test_doctor.py."""
 
 import itertools
 import json
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from launcher import kit
 from launcher.cli import main
 from launcher.node.doctor import node, report
-from launcher.doctor.ship import node_config, node_script
+from launcher.doctor.ship import node_config
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec
@@ -30,8 +33,23 @@ program: [python3, train.py]
 """
 
 
+RUN_PY = kit.installed() / "node" / "run.py"
+JOB_SH = kit.installed() / "node" / "job.sh"
+
+
 def spec_of(text: str):
     return parse_spec(textwrap.dedent(text), "t.yaml")
+
+
+def shellcheck(text: str, script: Path) -> None:
+    """shellcheck -x on the script, reading the functions it sources from the kit's
+    launcher/node/job.sh (as bash does on the node)."""
+    line = next(x for x in text.splitlines() if x.startswith('source "$kit/node/job.sh" '))
+    script.write_text(text.replace(line, f"# shellcheck source={JOB_SH}\n{line}", 1))
+    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
+    done = subprocess.run(["shellcheck", "-x", "--shell=bash", str(script)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -58,21 +76,23 @@ def test_preflight_key_errors(value, message):
 
 def test_step_runs_after_setup_and_before_the_launch(tmp_path):
     text = render_jobscript(spec_of(SPEC))
-    step = text.index('"${doctor_py}" node')
+    step = text.index('"${kit}/node/run.py" doctor node')
     flat = " ".join(text.replace("\\\n", " ").split())  # the renderer's line breaks
-    # one task per node, with every CPU of the node
+    # one task per node, with every CPU of the node, the host's python3 isolated
     assert '"--ntasks=${nnodes}" --ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" ' \
-        'python3' in flat
+        'python3 -I "${kit}/node/run.py" doctor node "${doctor_conf}" "${rdzv_host}" ' \
+        '"${rdzv_port}" -- apptainer exec' in flat
     assert text.index("rdzv_port=29400") < step < text.index("# Launch:")
     assert "|| { echo \"preflight: a check failed (table above); not launching\" >&2; exit 1; }" \
         in text
     flat = " ".join(text.replace("\\\n", " ").split())  # the line breaks are the renderer's
-    assert "--bind /data:/data --bind \"${PWD}\" image.sif | python3" in flat
+    assert '--bind /data:/data --bind "${PWD}" image.sif | python3 -I "${kit}/node/run.py" ' \
+        'doctor table "${doctor_conf}" "${rdzv_host}" "${rdzv_port}" "${hostnames}" ' \
+        '"${doctor_t0}"' in flat
     script = tmp_path / "s.job"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
-    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
-    subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+    shellcheck(text, script)
     plain = render_jobscript(spec_of(SPEC.replace("preflight: true", "preflight: false")))
     assert "doctor" not in plain
 
@@ -81,7 +101,7 @@ def test_doctor_script_ends_after_the_step():
     text = render_jobscript(spec_of(SPEC), doctor=True)
     assert "# Launch:" not in text and "srun --kill-on-bad-exit=1" not in text
     assert text.rstrip().endswith("|| exit 1")
-    assert '"${doctor_py}" json "${doctor_conf}"' in text
+    assert '"${kit}/node/run.py" doctor json "${doctor_conf}"' in text
 
 
 def test_config_from_spec():
@@ -92,12 +112,31 @@ def test_config_from_spec():
     assert srun["launcher"] is None and srun["min_torch"] is None
 
 
-def test_shipped_script_is_one_standalone_program():
-    text = node_script()
-    compile(text, "doctor", "exec")
-    assert "from __future__" not in text and "from launcher" not in text  # Python 3.6, alone
-    assert "def candidates(" in text and "def find_route(" in text  # the one rule, launcher/node/net
-    assert "def run_node(" in text and "def render_table(" in text
+def test_the_kit_entry_runs_the_collector_alone(tmp_path):
+    """python3 -I KIT/node/run.py doctor table ..., as the batch shell runs it: from another
+    directory, with nothing on PYTHONPATH, the reports on stdin, the table on stdout and exit 1
+    for a cross; `json` hands the same reports to the CLI."""
+    conf = json.dumps(node_config(spec_of(SPEC)))
+    stdin = "\n".join([node.MARK + json.dumps(_rep("n1", 0, "10.0.0.1")),
+                       node.MARK + json.dumps(_rep("n2", 1, "10.0.0.1"))]) + "\n"
+    env = {"PATH": "/usr/bin:/bin"}
+
+    def run(what, nodes):
+        return subprocess.run([sys.executable, "-I", str(RUN_PY), "doctor", what, conf, "n1i",
+                               "29400", nodes, ""], input=stdin, cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+    done = run("table", "n1 n2")
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == report.render_table(report.collect(stdin.splitlines(), ["n1", "n2"]))
+    assert done.stdout.splitlines()[0] == "doctor: 2 nodes, rendezvous n1i:29400, checks took " \
+        "1.2 s"
+    missing = run("table", "n1 n2 n3")
+    assert missing.returncode == 1
+    assert missing.stdout.splitlines()[-1] == "doctor: 1 check failed on 1 node"
+    data = run("json", "n1 n2 n3")
+    assert data.returncode == 1 and data.stdout.startswith(report.RESULT_MARK)
+    assert [r["node"] for r in json.loads(data.stdout[len(report.RESULT_MARK):])] == \
+        ["n1", "n2", "n3"]
 
 
 def test_collect_and_table():
@@ -145,8 +184,7 @@ def test_preflight_renders_in_every_checked_in_job(name, tmp_path, monkeypatch):
     script = tmp_path / "s.job"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
-    assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
-    subprocess.run(["shellcheck", "--shell=bash", str(script)], check=True)
+    shellcheck(text, script)
 
 
 def test_first_node_cell():

@@ -101,31 +101,52 @@ def test_cli_check_prints_the_line(tmp_path, capsys):
 # --- jobscript -------------------------------------------------------------------------------
 
 
+JOB_SH = REPO / "launcher" / "node" / "job.sh"
+
+
+def function_body(name: str) -> str:
+    """A function of launcher/node/job.sh, its continuation lines joined."""
+    text = JOB_SH.read_text(encoding="utf-8")
+    body = text[text.index(f"\n{name}() {{") + 1:]
+    return body[:body.index("\n}\n")].replace("\\\n", " ")
+
+
 def test_watcher_only_when_the_spec_asks():
     plain = render_jobscript(spec_with("{mode: torchrun}"))
-    for text in ("hang_watch_pid", " watch ", "/progress", "no-progress"):
-        assert text not in plain.split("stacks_py='")[0] + plain.split("\nprint_stacks()")[1], text
-    hang = render_jobscript(spec_with("{mode: torchrun, hang_timeout: 600}")).replace(
-        " \\\n    ", " ")
-    assert "# Progress deadline (launch.hang_timeout: 600 s): every 60 s" in hang
-    assert "printf '%s\\n' 60 >\"$hangs_dir/progress/period\"" in hang
-    assert 'rm -f -- "$hangs_dir/no-progress"' in hang
-    start = hang.index('python3 -I -c "${stacks_py}" watch "${SLURM_JOB_ID}" "${hangs_dir}" 600 60 '
-                       '30 -- srun --overlap "--jobid=${SLURM_JOB_ID}"')
-    launch = hang.index("torchrun_jsc", start)
-    assert start < hang.index("hang_watch_pid=$!") < launch < hang.index("launch_pid=$!")
-    after = hang[hang.index('wait "$launch_pid" || launch_rc=$?'):]
-    assert after.index('kill "$hang_watch_pid"') < after.index(
-        'cat -- "$hangs_dir/no-progress" >&2\n    exit 124') < after.index(
-        'if [ "$launch_rc" -ne 0 ]; then exit "$launch_rc"; fi')
+    for text in ("jsc_watch", "jsc_deadline_setup", " watch ", "/progress", "no-progress"):
+        assert text not in plain, text
+    hang = render_jobscript(spec_with("{mode: torchrun, hang_timeout: 600}"))
+    lines = hang.splitlines()
+    assert "# Progress deadline (launch.hang_timeout: 600 s): each rank's hook notes its " \
+        "progress every" in lines
+    setup, deadline = lines.index("jsc_hangs_setup RANK"), lines.index("jsc_deadline_setup 60")
+    watch = lines.index("jsc_watch 600 60 30")  # TIMEOUT PERIOD KILL_AFTER
+    launch = next(i for i, line in enumerate(lines) if line.startswith("srun --kill-on-bad"))
+    assert setup < deadline < watch == launch - 1
+    assert lines[-3:] == ["jsc_wait_launch", "jsc_after_launch", 'exit "$launch_rc"']
+    # What those do: the kit's functions (launcher/node/job.sh).
+    assert function_body("jsc_deadline_setup").split("\n")[1:] == [
+        '    mkdir -p -- "$hangs_dir/progress"',
+        "    printf '%s\\n' \"$1\" >\"$hangs_dir/progress/period\"",
+        f'    rm -f -- "$hangs_dir/{stacks.VERDICT}"']
+    watcher = function_body("jsc_watch")
+    assert ('python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" "$hangs_dir" "$1" "$2" '
+            '"$3" -- srun --overlap "--jobid=${SLURM_JOB_ID}"') in " ".join(watcher.split())
+    assert watcher.rstrip().endswith("&\n    jsc_watch_pid=$!")
+    after = function_body("jsc_after_launch")
+    assert after.index('kill "$jsc_watch_pid"') < after.index(
+        f'cat -- "$hangs_dir/{stacks.VERDICT}" >&2') < after.index(
+        f"exit {hangs_script.EXIT_NO_PROGRESS}")
+    # Without the watcher (no jsc_watch call) nothing is killed or read.
+    assert after.index('if [ -n "${jsc_watch_pid:-}" ]; then') < after.index('kill "$jsc_watch')
 
 
 def test_watcher_with_requeue_before_its_verdict():
     base = ("job: {nodes: 2, time: '1:00:00', requeue: true}\nsite: jsc\n"
             "program: [python3, t.py]\n")
-    text = render_jobscript(spec_with("{hang_timeout: 300}", base))
-    after = text[text.index('wait "$launch_pid" || launch_rc=$?'):]
-    assert after.index("exit 124") < after.index('if [ "$signalled" = 1 ]')
+    lines = render_jobscript(spec_with("{hang_timeout: 300}", base)).splitlines()
+    assert lines[-3:] == ["jsc_wait_launch", "jsc_after_launch", "jsc_requeue_verdict USR2 3"]
+    assert lines.index("jsc_watch 300 30 30") < lines.index("jsc_wait_launch")
 
 
 def test_existing_jobs_have_no_watcher():
@@ -134,7 +155,7 @@ def test_existing_jobs_have_no_watcher():
             text = render_jobscript(load_spec(str(spec.relative_to(REPO))))
         except SpecError:
             continue  # not a jsc-compose spec (submitit)
-        assert "hang_watch_pid" not in text, spec
+        assert "jsc_watch" not in text and "jsc_deadline_setup" not in text, spec
 
 
 def test_period_is_a_tenth_within_1_to_60():

@@ -6,18 +6,19 @@ hook's prelude in every launch, once, inside the container, never in the doctor'
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 
 import pytest
 import yaml
 
-from launcher import cli, hangs_script, stacks_step
+from launcher import cli, hangs_script, kit, stacks_step
 from launcher.node import stacks
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import MODES, plan_launch
 from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
-from launcher.shell import Var, word
+from launcher.shell import Var, resolve, word
 from launcher.spec import load_spec, parse_spec
 from tests.unit.test_render import spec_of
 
@@ -129,25 +130,44 @@ def test_records_from_mixed_output():
 
 
 def test_jobscript_lines():
+    """The jobscript calls the kit's functions (launcher/node/job.sh) by name; what they do
+    (the directory, the variables, the flight recorder, the traps, the collector) is the
+    kit's file, sourced, never copied into the script."""
     text = render_jobscript(load_spec("jobs/ddp_container.yaml"))
+    lines = text.splitlines()
     assert "#SBATCH --signal=B:URG@60" in text
+    assert lines.index("jsc_hangs_setup RANK") < next(
+        i for i, line in enumerate(lines) if line.startswith("srun --kill-on-bad-exit=1"))
+    assert lines[-4:] == [lines[-4], "jsc_wait_launch", "jsc_after_launch", 'exit "$launch_rc"']
+    assert lines[-4].endswith(" &")  # in the background: the traps run while it runs
+    assert 'sh "${kit}/task/hook.sh" python3 "${kit}/task/run.py" torchrun_jsc ' in \
+        text.replace(" \\\n    ", " ")
+    # The batch shell leaves PYTHONPATH alone: each task's prelude (hook.sh) edits its own.
+    assert "PYTHONPATH" not in text
+    job_sh = (kit.installed() / "node" / "job.sh").read_text(encoding="utf-8")
     for line in ['hangs_dir="$PWD/.hangs/$SLURM_JOB_ID"',
                  'export TORCHRUN_JSC_STACKS="$hangs_dir"',
-                 "stacks_hook_sh='export PYTHONPATH=\"$TORCHRUN_JSC_STACKS/hook"
-                 "${PYTHONPATH:+:$PYTHONPATH}\"\nexec \"$@\"\n'",
+                 'export TORCHRUN_JSC_STACKS_RANK_VARS="$*"',
                  'TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-'
                  '${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$hangs_dir/fr/rank-}}"',
-                 "trap 'print_stacks SIGURG' URG", "trap 'print_stacks SIGTERM' TERM",
-                 'wait "$launch_pid" || launch_rc=$?']:
-        assert line in text, line
-    assert "srun --overlap \"--jobid=${SLURM_JOB_ID}\" \"--nodes=${nnodes}\"" in text
-    # The batch shell leaves PYTHONPATH alone: each task's prelude edits its own.
-    assert "PYTHONPATH=\"$hangs_dir" not in text and "export PYTHONPATH" not in \
-        text.replace(hangs_script.HOOK_PRELUDE, "")
-    # The shipped texts are the files', without docs, and still run.
-    compile(hangs_script.hook_text(), "hook", "exec")
-    compile(hangs_script.stacks_text(), "stacks", "exec")
-    assert '"""' not in hangs_script.stacks_text()
+                 "trap 'jsc_print_stacks SIGURG' URG", "trap 'jsc_print_stacks SIGTERM' TERM",
+                 'wait "$launch_pid" || launch_rc=$?',
+                 'python3 -I "$kit/node/run.py" stacks report "${SLURM_JOB_ID}"']:
+        assert line in job_sh, line
+    assert "PYTHONPATH" not in "\n".join(line for line in job_sh.splitlines()
+                                        if not line.lstrip().startswith("#"))
+    # The collector the trap runs is the one `jsc-compose stacks` runs (hangs_script).
+    body = job_sh[job_sh.index("\njsc_stacks_srun() {\n") + 21:]
+    body = body[:body.index("\n}\n")].replace("\\\n", " ")  # continuation lines joined
+    assert shlex.split(body) == resolve(
+        hangs_script.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
+    # The hook's prelude is the kit's file: the hook directory first, the image's path after.
+    hook = kit.installed() / "task" / "hook.sh"
+    done = subprocess.run(["sh", str(hook), "sh", "-c", 'printf %s "$PYTHONPATH"'],
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "/opt/image-lib"},
+                          capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout == f"{kit.installed()}/task/hook:/opt/image-lib"
+    assert (kit.installed() / "task" / "hook" / "sitecustomize.py").is_file()
 
 
 def test_signal_left_to_requeue_and_to_the_user():
@@ -160,7 +180,8 @@ def test_signal_left_to_requeue_and_to_the_user():
 
 def test_doctor_script_has_no_hook():
     text = render_jobscript(load_spec("jobs/ddp_container.yaml"), doctor=True)
-    assert "hangs_dir" not in text and "stacks_hook_sh" not in text and "jsc-hook" not in text
+    assert "jsc_hangs_setup" not in text and "hook.sh" not in text and "hangs_dir" not in text
+    assert "jsc_hangs_setup RANK" in render_jobscript(load_spec("jobs/ddp_container.yaml"))
 
 
 def test_preflight_checks_enter_the_container_without_the_hook():
@@ -168,9 +189,9 @@ def test_preflight_checks_enter_the_container_without_the_hook():
                    "runtime: {kind: apptainer, image: i.sif}")
     text = render_jobscript(spec).replace(" \\\n   ", "")  # one line per command
     preflight = text[text.index("# Preflight"):text.index("# Launch")]
-    assert ' -- apptainer exec --bind "${PWD}" i.sif | python3 -I -c "${doctor_py}" table ' \
-        in preflight and "jsc-hook" not in preflight
-    assert 'i.sif sh -c "${stacks_hook_sh}" jsc-hook torchrun_jsc ' in \
+    assert (' -- apptainer exec --bind "${kit}:${kit}:ro" --bind "${PWD}" i.sif | python3 -I '
+            '"${kit}/node/run.py" doctor table ') in preflight and "hook.sh" not in preflight
+    assert 'i.sif sh "${kit}/task/hook.sh" python3 "${kit}/task/run.py" torchrun_jsc ' in \
         text[text.index("# Launch"):]
 
 
@@ -206,19 +227,19 @@ def test_every_task_starts_through_the_hook_once_inside(mode, kind, spec):
     assert len(starts) == 1, task
     (i,) = starts
     assert task[:i] + task[i + len(HOOK):] == list(plain.task)
-    assert not any(t == hangs_script.HOOK_SH for t in plan.starter)
+    assert not any(t == kit.file(hangs_script.HOOK_SCRIPT) for t in plan.starter)
     entry = rt.enter([])
     assert task[i - len(entry):i] == entry
-    if kind == "pyxis" and plan.task_env:
+    if kind == "pyxis" and plan.task_kind:
         assert i == 0  # the task script runs inside too: the prelude before it
-    assert 'sh -c "${stacks_hook_sh}" jsc-hook' in render_jobscript(spec).replace(" \\\n   ", "")
+    assert 'sh "${kit}/task/hook.sh" ' in render_jobscript(spec).replace(" \\\n   ", "")
 
 
 def test_enroot_forwards_the_hook_names_not_pythonpath():
     spec = spec_of(BASE + "launch: {mode: torchrun}\nruntime: {kind: enroot, image: i.sqsh}")
     text = render_jobscript(spec)
-    start = text[text.index("enroot_start="):]
-    forwarded = start[:start.index("\n# ")]
+    (line,) = [line for line in text.splitlines() if line.startswith("enroot_names=")]
+    forwarded = line.split("=", 1)[1].strip("'").split()
     for name in ("TORCHRUN_JSC_STACKS", "TORCHRUN_JSC_STACKS_RANK_VARS",
                  "TORCH_FR_DUMP_TEMP_FILE"):
         assert name in forwarded, name
@@ -228,8 +249,8 @@ def test_enroot_forwards_the_hook_names_not_pythonpath():
     own = spec_of(BASE + "launch: {mode: torchrun}\nruntime: {kind: enroot, image: i.sqsh}\n"
                   "env: {prepend: {PYTHONPATH: [/opt/mine]}}")
     text = render_jobscript(own)
-    start = text[text.index("enroot_start="):]
-    assert "PYTHONPATH" in start[:start.index("\n# ")]
+    (line,) = [line for line in text.splitlines() if line.startswith("enroot_names=")]
+    assert "PYTHONPATH" in line.split("=", 1)[1].strip("'").split()
 
 
 def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):

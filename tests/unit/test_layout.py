@@ -1,10 +1,11 @@
 """Ring 1: where code runs (docs/development/index.md#where-code-runs), and no import cycle.
 
 NODE_SIDE below is the one list of what runs on the compute nodes. A package stands for itself
-and every module in it, so a new node-side package (launcher/node/net/) is one line here and one
-name in the docs' table. Every other module under launcher/ is the login node's composer
+and every module in it: a new module under launcher/node/ or launcher/task/ is node-side with no
+change here; one elsewhere is one line here and one name in the docs' table. Every other module under launcher/ is the login node's composer
 (spec, modes, runtimes, rendering, the CLI). The rule: node-side code never imports composer
-code nor PyYAML; the node side may import the package roots above it (``launcher``), which are checked by the same rule.
+code nor PyYAML; the node side may import the package roots above it (``launcher``),
+which are checked by the same rule.
 
 Checked three ways: each node-side module imported in a fresh interpreter loads no composer
 module and no yaml; the static imports of the node side (module level and inside functions,
@@ -35,18 +36,6 @@ NODE_SIDE = (
     "launcher.task",  # in the tasks' Python: torchrun_jsc, the stack hook, the Ray agent
     "launcher.requeue",  # imported by the training program
     "launcher.gpu",  # imported by the training program
-)
-    "launcher.node",  # the node agents (Ray) and their child processes
-    "launcher.ray_node",  # the Ray agent's entry point, as the jobs name it
-    "launcher.task.torchrun_jsc",  # the per-node torchrun
-    "launcher.requeue",  # imported by the training program
-    "launcher.gpu",  # imported by the training program
-    "launcher.node.stacks",  # node half run as shipped text; report half imported by the CLI
-    "launcher.task.hook.sitecustomize",  # written into the job as every rank's sitecustomize
-    "launcher.node.doctor.node",  # the doctor's shipped checks (launcher.doctor.ship)
-    "launcher.node.doctor.local",
-    "launcher.node.doctor.report",
-    "launcher.node.net",  # THE address and interface rule: torchrun_jsc, shipped to every task script
 )
 # Importing these runs them (sys.exit(main())): statically checked only.
 PROGRAMS = {"launcher.task.torchrun_jsc.__main__", "launcher.node.run", "launcher.task.run",
@@ -196,8 +185,9 @@ def test_cycles_finds_a_cycle():
 def test_import_graph_sees_lazy_and_relative_imports():
     """The graph is what the two tests below rely on: a function-level import (the one that
     closed the old cycle sat in a function), relative imports, packages run on the way."""
-    assert "launcher.task.torchrun_jsc.compat" in GRAPH["launcher.task.torchrun_jsc"]  # in a function
-    assert "launcher.task.torchrun_jsc.forward" in GRAPH["launcher.task.torchrun_jsc"]  # relative
+    torchrun_jsc = GRAPH["launcher.task.torchrun_jsc"]
+    assert "launcher.task.torchrun_jsc.compat" in torchrun_jsc  # in a function
+    assert "launcher.task.torchrun_jsc.forward" in torchrun_jsc  # relative
     assert {"launcher.task", "launcher.task.ray"} <= GRAPH["launcher.modes.ray"]
     assert "launcher.modes" not in GRAPH["launcher.modes.ray"]  # its own package
 

@@ -1,22 +1,20 @@
 """Ring 1 for launch mode ray: the rendered launch, spec errors, the node agent's argv,
-environment and errors (launcher/task/ray.py, started as launcher.ray_node), no Ray and no
-Slurm.
+environment and errors (launcher/task/ray.py, started as ``python3 "$kit/task/run.py"
+ray-node``), no Ray and no Slurm.
 
 The agent with a fake `ray`: tests/fakes/test_mode_ray.py; the real thing (Ray on 2 nodes,
 bare and Apptainer, failures, scancel): tests/lab/test_mode_ray.py."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
 
-from launcher.node import procs, ray as ray_node
+from launcher.task import procs, ray as ray_node
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import plan_launch
-from launcher.modes.ray import RUN_MODULE
 from launcher.preview import render_preview
 from launcher.spec import parse_spec
 from launcher.shell import join
@@ -35,7 +33,7 @@ def test_launch_line_bare():
     assert join(plan.launch, width=10000) == (
         'srun --kill-on-bad-exit=1 "--nodes=${nnodes}" --ntasks-per-node=1 '
         '"--cpus-per-task=${cpus_per_task}" --output=logs/%x-%j.node%n.out '
-        f"python3 -c {shlex.quote(RUN_MODULE)} launcher.ray_node "
+        'python3 "${kit}/task/run.py" ray-node '
         '"--head=${rdzv_host}:${rdzv_port}" "--suffix=${host_suffix}" --procs-per-node=2 '
         '--join-timeout=120 '
         "--object-store-memory=100000000 -- python3 -u d.py 'a b' '$(x)'")
@@ -51,8 +49,9 @@ def test_every_runtime_runs_the_agent_inside(runtime, inside):
     text = render_jobscript(spec("join_timeout: 30", runtime))
     launch = text.split("# Launch:", 1)[1].split("\nsrun ", 1)[1]
     launch = " ".join(launch.replace("\\\n", " ").split())  # the renderer's line breaks
-    assert inside in launch and "launcher.ray_node" in launch and "--join-timeout=30" in launch
-    assert launch.index(inside) < launch.index("launcher.ray_node")
+    agent = 'python3 "${kit}/task/run.py" ray-node "--head=${rdzv_host}:${rdzv_port}"'
+    assert inside in launch and agent in launch and "--join-timeout=30" in launch
+    assert launch.index(inside) < launch.index(agent)
 
 
 def test_generic_site_has_no_suffix_and_preview_names_roles():
@@ -63,8 +62,8 @@ def test_generic_site_has_no_suffix_and_preview_names_roles():
                           system="juwelsbooster")
     assert "rendezvous endpoint jwb0001i:29507" in text
     assert " --suffix=i " in text  # the suffix the job picks on JUWELS Booster
-    assert "per node (Ray head, then the driver once all nodes joined): python3 -c " in text
-    assert " launcher.ray_node --head=jwb0001i:29507" in text
+    assert "per node (Ray head, then the driver once all nodes joined): python3 " \
+        "'${kit}/task/run.py' ray-node --head=jwb0001i:29507 " in text
     assert "per node (Ray worker, joins the head):" in text
 
 

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import yaml
 
+from launcher import kit
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import mode_for, plan_launch
@@ -38,12 +39,15 @@ def test_accelerate_argv_total_processes_and_first_node():
     text = render_jobscript(load_spec("jobs/sum_accelerate.yaml"))
     assert "nprocs=$((nnodes * 2))" in text  # --num_processes is the total
     task = [str(t) for t in plan.task]
-    i = plan.task.index("accelerate-node")
+    i = plan.task.index(kit.file("task/accelerate-node.sh"))
     assert plan.task[i + 1:i + 5] == ("", "1", "9", "accelerate")  # generated config, CPU
     assert "--multi_gpu" in task and "--no_python" in task and "--rdzv_backend=static" in task
     assert 'rdzv_host="${first_node}${host_suffix}"' in text
-    # The per-node value is expanded in the node script, never at batch scope.
-    assert '--machine_rank "$SLURM_NODEID"' in text and "machine_rank=" not in text
+    # The per-node value is expanded in the kit's node script, never at batch scope.
+    assert '--machine_rank "$SLURM_NODEID"' in \
+        (kit.installed() / "task" / "accelerate-node.sh").read_text()
+    assert not [line for line in text.splitlines()
+                if "machine_rank" in line and not line.startswith("#")]
     assert "#SBATCH --ntasks-per-node=1" in text
     assert mode_for("accelerate").world_size(load_spec("jobs/sum_accelerate.yaml"), 2) == 4
 
@@ -52,13 +56,15 @@ def test_accelerate_gpu_and_user_config():
     spec = parse_spec(spec_text("accelerate", {"kind": "bare"}, config_file="acc.yaml")
                       .replace("nodes: 2", "nodes: 2\n  gpus_per_node: 4"), "x.yaml")
     task = plan_launch(spec)[1].task
-    i = task.index("accelerate-node")
+    i = task.index(kit.file("task/accelerate-node.sh"))
     assert task[i + 1:i + 3] == ("acc.yaml", "0")  # the user's file; GPUs: no ACCELERATE_USE_CPU
 
 
 def test_deepspeed_argv_and_hostfile_lines():
     text = render_jobscript(load_spec("jobs/sum_deepspeed.yaml"))
-    assert '--hostfile "$hostfile" --node_rank "$SLURM_NODEID"' in text
+    assert '"${kit}/task/deepspeed-node.sh"' in text.replace(" \\\n    ", " ")
+    assert '--hostfile "$hostfile" --node_rank "$SLURM_NODEID"' in \
+        (kit.installed() / "task" / "deepspeed-node.sh").read_text()
     assert "--no_ssh" in text and '"--master_addr=${rdzv_host}"' in text
     assert "--no_local_rank" in text and "pdsh" not in text
     assert not re.search(r"(^|[ \"])ssh ", text)

@@ -1,6 +1,7 @@
 """Ring 1: the one address and interface rule (launcher/node/net) on fakes (no torch, no real DNS):
 the pure rule, resolving, torchrun_jsc's probe, and one table of cases run through the task
-scripts' entry point both as imported and as the shipped ``python3 -c`` source.
+scripts' entry point both as imported and through the kit's entry ``launcher/node/run.py
+net-env`` (what launcher/node/task.sh runs).
 
 getaddrinfo, the interface list and the source-address lookup are injected; only
 ``interface_addresses`` and ``source_address`` also run once for real, on loopback.
@@ -8,13 +9,14 @@ getaddrinfo, the interface list and the source-address lookup are injected; only
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import Dict, List, Optional
 
 import pytest
 
-from launcher import shipped
+from launcher import kit
 from launcher.node.net import probe as netprobe
 from launcher.node.net.addresses import (DEFAULT_RESOLVE_TIMEOUT_S, LaunchError, address_family,
                                     candidates, is_loopback, resolve_timeout)
@@ -309,14 +311,28 @@ def _imported(monkeypatch):
     return netprobe.task_env_main, netprobe
 
 
-def _shipped(monkeypatch):
-    """The bundle the task scripts run, as text, executed (not __main__: no entry call)."""
-    ns: Dict[str, object] = {"__name__": "shipped"}
-    exec(compile(shipped.source("net"), "<shipped net>", "exec"), ns)
-    return ns["task_env_main"], ns
+def _node_run():
+    """launcher/node/run.py as a module (not __main__: no entry call, the kit not reloaded)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("jsc_test_node_run",
+                                                  kit.installed() / "node" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.parametrize("form", [_imported, _shipped], ids=["imported", "shipped"])
+def _entry(monkeypatch):
+    """``run.py net-env ARGS`` as the task script calls it: the command table, the
+    environment from os.environ."""
+    run = _node_run()
+
+    def main(argv, env):
+        monkeypatch.setattr(os, "environ", dict(env))  # restored at teardown
+        return run.dispatch(run.COMMANDS, ["net-env", *argv], "run.py")
+    return main, netprobe
+
+
+@pytest.mark.parametrize("form", [_imported, _entry], ids=["imported", "run.py"])
 @pytest.mark.parametrize("case,answer,env,args,want", TABLE, ids=[t[0] for t in TABLE])
 def test_task_env_table(monkeypatch, capsys, form, case, answer, env, args, want):
     def getaddrinfo(host, port, *a, **k):
@@ -341,11 +357,13 @@ def test_task_env_without_master_addr(capsys):
                                        "socket interface that reaches it\n")
 
 
-def test_shipped_rule_runs_alone_for_real():
-    """python3 -I -c SOURCE, as a task script runs it, on this machine: localhost -> lo."""
+def test_node_run_net_env_runs_alone_for_real(tmp_path):
+    """python3 -I KIT/node/run.py net-env HOST, as launcher/node/task.sh runs it, on this
+    machine from another directory: localhost -> lo."""
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-I", "-c", shipped.source("net"), "localhost"],
+    done = subprocess.run([sys.executable, "-I", str(kit.installed() / "node" / "run.py"),
+                           "net-env", "localhost"], cwd=tmp_path,
                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
                           timeout=30)
     assert (done.returncode, done.stdout, done.stderr) == (

@@ -1,6 +1,8 @@
-"""Ring 1: rendering. Goldens (jobs/*.job == render of jobs/*.yaml), bash -n, shellcheck,
-exact argv of each launch plan, and the #SBATCH quoting against sbatch's own parse rule."""
+"""Ring 1: rendering. Goldens (jobs/*.job == render of jobs/*.yaml), bash -n, shellcheck
+(with the kit's launcher/node/job.sh the script sources), exact argv of each launch plan, the
+rendered size in every runtime, and the #SBATCH quoting against sbatch's own parse rule."""
 
+import dataclasses
 import os
 import re
 import shutil
@@ -11,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import __version__
+from launcher import __version__, hangs_script, kit
 from launcher.jobscript import render_jobscript, sbatch_options
 from launcher.modes import plan_launch
-from launcher.modes.common import RANKS_FROM_SLURM
+from launcher.model import RuntimeKind
 from launcher.preview import render_preview
 from launcher.slurm import expand_nodelist
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
@@ -23,6 +25,9 @@ from launcher.spec import load_spec, parse_spec
 from tests.helpers.fake import parse_sbatch_lines
 
 ROOT = Path(__file__).resolve().parents[2]
+KIT = kit.installed()
+JOB_SH = KIT / "node" / "job.sh"
+MAX_LINES = 100  # issue 27: a rendered jobscript is read in a minute, in every mode and runtime
 SPECS = sorted(p.name for p in (ROOT / "jobs").glob("*.yaml"))
 REQUIRED = {"ddp_container", "ddp_enroot", "ddp_venv", "horovod_container"}
 
@@ -32,7 +37,7 @@ def spec_of(text: str, file: str = "jobs/t.yaml"):
 
 
 def rendered(name: str) -> str:
-    return render_jobscript(load_spec(f"jobs/{name}"))
+    return render_jobscript(load_spec(f"jobs/{name}"), kit_dir=kit.DEFAULT)  # as `make jobs`
 
 
 @pytest.fixture(autouse=True)
@@ -66,13 +71,21 @@ def test_bash_syntax(name, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def with_job_sh(text: str) -> str:
+    """The script with a shellcheck directive on its `source "$kit/node/job.sh"` line, so that
+    `shellcheck -x` reads the functions and the variables they set (cpus_per_node, first_node,
+    rdzv_port, launch_rc, ...) from the kit's file, as bash does."""
+    line = next(line for line in text.splitlines() if line.startswith('source "$kit/node/job.sh" '))
+    return text.replace(line, f"# shellcheck source={JOB_SH}\n{line}", 1)
+
+
 @pytest.mark.parametrize("name", SPECS)
 def test_shellcheck_clean(name, tmp_path):
     assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
     script = tmp_path / "s.job"
-    script.write_text(rendered(name))
-    done = subprocess.run(["shellcheck", "--shell=bash", str(script)], capture_output=True,
-                          text=True, timeout=60, check=False)
+    script.write_text(with_job_sh(rendered(name)))
+    done = subprocess.run(["shellcheck", "-x", "--shell=bash", str(script)],
+                          capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -92,11 +105,14 @@ def test_script_shape(name):
     # The node count is written once (#SBATCH --nodes) and read from the allocation.
     assert len(re.findall(r"--nodes=\d", text)) == 1
     assert 'nnodes="$SLURM_JOB_NUM_NODES"' in lines
-    # Per-task variables appear only inside the single-quoted scripts the tasks run.
-    outside = re.sub(r"# shellcheck disable=SC2016\n\w+='[^']*'", "", text)
-    outside = "\n".join(line for line in outside.splitlines() if not line.startswith("#"))
+    # Per-task variables are expanded only in the tasks (the kit's task scripts,
+    # launcher/node/task.sh), never at batch scope: the jobscript never expands them.
+    commands = "\n".join(line for line in lines if not line.startswith("#"))
     for var in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"):  # expanded, not named
-        assert f"${var}" not in outside and f"${{{var}" not in outside
+        assert f"${var}" not in commands and f"${{{var}" not in commands
+    # The kit's code is called by path, never carried as text (issue 27).
+    assert "python3 -c" not in text and "python3 -I -c" not in text and "bash -c" not in text
+    assert f'source "$kit/node/job.sh" {__version__} || exit 1' in lines
     assert "localhost" not in text and "|| echo" not in text
     assert not text.endswith("\n\n") and text.endswith("\n")
 
@@ -108,8 +124,10 @@ def test_ddp_container_launch_line():
         "srun", "--kill-on-bad-exit=1", word("--nodes=", Var("nnodes")), "--ntasks-per-node=1",
         word("--cpus-per-task=", Var("cpus_per_task")),
         "--output=logs/%x-%j.node%n.out",
-        "apptainer", "exec", "--nv", "--bind", Var("PWD"), "image.sif",
-        "torchrun_jsc", word("--nnodes=", Var("nnodes")), "--nproc_per_node=4",
+        "apptainer", "exec", "--nv", "--bind", word(kit.KIT, ":", kit.KIT, ":ro"),
+        "--bind", Var("PWD"), "image.sif",
+        "python3", kit.file("task/run.py"), "torchrun_jsc",
+        word("--nnodes=", Var("nnodes")), "--nproc_per_node=4",
         "--rdzv_backend=c10d", word("--rdzv_endpoint=", Var("rdzv_host"), ":", Var("rdzv_port")),
         word("--rdzv_id=", Var("SLURM_JOB_ID")),
         word("--rdzv_conf=join_timeout=", Var("rdzv_join_timeout"), ",read_timeout=",
@@ -119,35 +137,42 @@ def test_ddp_container_launch_line():
     text = rendered("ddp_container.yaml")
     assert "#SBATCH --gpus-per-node=4" in text and "#SBATCH --ntasks-per-node=1" in text
     assert 'rdzv_host="${first_node}${host_suffix}"' in text  # launcher.internode
-    assert "rdzv_port=$((29500 + SLURM_JOB_ID % 1000))" in text
+    assert 'jsc_rdzv_port "${rdzv_host}" 29500 1000 100' in text.splitlines()
+    assert 'kit="${PWD}/launcher"' in text.splitlines()  # `make jobs`: the clone's kit
 
 
 def test_each_mode_and_runtime_argv():
     base = "job: {nodes: 3, gpus_per_node: 2}\nsite: jsc\nprogram: [python3, t.py]\n"
     srun = plan_launch(spec_of(base + "launch: {mode: srun}"))[1]
-    assert srun.task[:3] == ("bash", "-c", Var("task_env"))
-    assert srun.task_env.startswith(RANKS_FROM_SLURM)
+    assert srun.task == ("bash", kit.file("node/task.sh"), "srun", "python3", "t.py")
+    assert srun.task_kind == "srun"  # ranks from Slurm's per-task variables
     assert "--ntasks-per-node=2" in srun.starter
     hvd = plan_launch(spec_of(base + "launch: {mode: horovod}"))[1]
     assert "--mpi=pspmix" in hvd.starter  # site jsc: psslurm's PMIx (model.SITE_PROFILES)
-    assert hvd.task == ("bash", "-c", Var("task_env"), "task", "python3", "t.py")
-    assert "OMPI_MCA_btl_tcp_if_include" in hvd.task_env
-    assert not hvd.task_env.startswith(RANKS_FROM_SLURM)
+    assert hvd.task == ("bash", kit.file("node/task.sh"), "mpi", "python3", "t.py")
+    assert hvd.task_kind == "mpi"  # Open MPI's and Horovod's interface too, no Slurm ranks
     hvd_mpi = plan_launch(spec_of(base + "launch: {mode: horovod, mpi: mpirun}"))[1]
     assert hvd_mpi.starter == ("mpirun", "-np", Var("ntasks"), "--map-by", "ppr:2:node",
                                "--bind-to", "none", "--tag-output")
     mt = plan_launch(spec_of(base + "launch: {mode: mpirun_torchrun}"))[1]
-    assert mt.starter[:3] == ("mpirun", "-np", Var("nnodes")) and mt.task[0] == "torchrun_jsc"
+    assert mt.starter[:3] == ("mpirun", "-np", Var("nnodes"))
+    assert mt.task[:3] == ("python3", kit.file("task/run.py"), "torchrun_jsc")  # the kit's
+    assert mt.task_kind == ""  # torchrun_jsc picks the interface itself
     enroot_rt, enroot = plan_launch(spec_of(base + "runtime: {kind: enroot, image: /i.sqsh, "
                                             "binds: [{source: /d, read_only: true}]}"))
-    assert enroot_rt.setup_step()[-6:] == ("enroot-setup", Var("enroot_image"),
-                                           Var("enroot_name"), "1", Var("enroot_run"),
-                                           Var("enroot_jobs"))
-    assert enroot.task[:6] == ("bash", "-c", Var("enroot_start"), "enroot-start", "--mount",
-                               "/d:/d:none:x-create=auto,rbind,ro")  # read-only: no --rw
+    assert enroot_rt.setup_step()[-7:] == ("bash", kit.file("node/enroot-setup.sh"),
+                                           Var("enroot_image"), Var("enroot_name"), "1",
+                                           Var("enroot_run"), Var("enroot_jobs"))
+    assert enroot.task[:7] == ("bash", kit.file("node/enroot-start.sh"), Var("enroot_names"),
+                               "--mount", word(kit.KIT, ":", kit.KIT,
+                                               ":none:x-create=auto,rbind,ro"),
+                               "--mount", "/d:/d:none:x-create=auto,rbind,ro")  # no --rw
     pyxis = plan_launch(spec_of(base + "runtime: {kind: pyxis, image: nvcr.io#nv/pt:24.01}"))[1]
     assert "--container-image=nvcr.io#nv/pt:24.01" in pyxis.starter
     assert "--container-name=pt_24.01" in pyxis.starter
+    assert word("--container-mounts=", kit.KIT, ":", kit.KIT, ":ro,", Var("PWD"), ":",
+                Var("PWD")) in pyxis.starter  # the kit, read-only at its own path
+    assert pyxis.task[:3] == ("python3", kit.file("task/run.py"), "torchrun_jsc")
 
 
 def test_fixed_port_and_restarts_and_plain_torchrun():
@@ -240,3 +265,69 @@ def test_cpus_whole_nodes_unless_the_spec_asks_for_cpus(job, mode, exclusive, cp
     assert ("exclusive" in opts) is exclusive and opts.get("cpus-per-task") == cpus
     if "user" in job:
         assert opts["exclusive"] == "user"  # the spec's own value, not a second --exclusive
+
+
+# A runtime of each kind, for the size limit: an image that each accepts.
+KIND_IMAGES: "dict[RuntimeKind, str | None]" = {
+    "apptainer": "image.sif", "enroot": "image.sqsh", "pyxis": "nvcr.io#nvidia/pytorch:24.01-py3",
+    "bare": None}
+
+
+def runtime_variants():
+    """(spec name, runtime kind, spec) for every jobs/*.yaml under every runtime kind it can
+    take (a kind the composer refuses for that mode, e.g. pyxis under mpirun, is left out;
+    test_every_spec_renders_in_some_runtime keeps that from leaving a spec out)."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        for name in SPECS:
+            spec = load_spec(f"jobs/{name}")
+            for kind, image in KIND_IMAGES.items():
+                variant = dataclasses.replace(spec, runtime=dataclasses.replace(
+                    spec.runtime, kind=kind, image=image))
+                try:
+                    render_jobscript(variant, kit_dir=kit.DEFAULT)
+                except SpecError:
+                    continue
+                yield name, kind, variant
+    finally:
+        os.chdir(cwd)
+
+
+VARIANTS = list(runtime_variants())
+
+
+def test_every_spec_renders_in_some_runtime():
+    """Every spec, and every runtime kind, takes part in the size limit below."""
+    assert {name for name, _, _ in VARIANTS} == set(SPECS)
+    assert {kind for _, kind, _ in VARIANTS} == set(KIND_IMAGES)
+    assert len(VARIANTS) >= 3 * len(SPECS)  # most modes run in most runtimes
+
+
+@pytest.mark.parametrize("name, kind, spec", VARIANTS,
+                         ids=[f"{n.replace('.yaml', '')}-{k}" for n, k, _ in VARIANTS])
+def test_rendered_jobscript_is_at_most_100_lines(name, kind, spec):
+    """Issue 27: a rendered jobscript is at most 100 lines in every mode and runtime (the
+    kit's node-side code is called by path, never carried as text)."""
+    text = render_jobscript(spec, kit_dir=kit.DEFAULT)
+    assert len(text.splitlines()) <= MAX_LINES, \
+        f"jobs/{name} under runtime {kind}: {len(text.splitlines())} lines"
+
+
+def test_flight_recorder_exports_are_hangs_script_rule():
+    """The flight recorder's exports in launcher/node/job.sh (jsc_hangs_setup) are exactly
+    hangs_script.fr_exports(): one rule (which the hook's FR_RENAMED drives), whitespace aside."""
+    text = JOB_SH.read_text(encoding="utf-8")
+    body = text[text.index("\njsc_hangs_setup() {"):]
+    body = body[:body.index("\n}\n")]
+    logical = body.replace("\\\n", " ").splitlines()  # continuation lines joined
+    exports = [line for line in logical
+               if re.match(r"\s*export\s+TORCH_", line)]
+    assert exports, "no flight-recorder exports in jsc_hangs_setup"
+    rule = ("export " + hangs_script.fr_exports()).replace("\\\n", " ")
+    assert " ".join(" ".join(exports).split()) == " ".join(rule.split())
+    # ... and nothing else in the kit's batch functions sets them.
+    names = [n for n, _ in hangs_script.FLIGHT_RECORDER]
+    outside = text.replace(body, "")
+    for name in names:
+        assert not re.search(rf"\b{name}=", outside), name

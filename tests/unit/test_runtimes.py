@@ -10,6 +10,7 @@ import typing
 
 import pytest
 
+from launcher import __version__, kit
 from launcher.doctor.ship import doctor_lines
 from launcher.model import RuntimeKind, SpecError
 from launcher.runtimes import RUNTIMES, ContainerRuntime, node_srun, runtime_for
@@ -51,21 +52,23 @@ def test_one_bind_rule_for_spec_submitit_and_the_submit_directory(kind, path, en
                                   f"path containing {' or '.join(bad)}, got {path!r}")
     else:
         assert spec_for(kind, f", binds: [{json.dumps(path)}]").runtime.binds[0].source == path
-    # The jobscript's guard on the submit directory: bash's glob agrees with the rule.
+    # The jobscript's guard on the kit's and the submit directory (launcher/node/job.sh
+    # jsc_bindable): bash's glob agrees with the rule.
     (guard,) = runtime_for(spec_for(kind)).cwd_guard()
-    done = subprocess.run(["bash", "-c", 'PWD="$1"\n' + render_statement(guard), "guard", path],
-                          capture_output=True, text=True)
+    script = (f'kit={kit.installed()}\nsource "$kit/node/job.sh" {__version__}\n'
+              'PWD="$1"\n' + render_statement(guard))
+    done = subprocess.run(["bash", "-c", script, "guard", path], capture_output=True, text=True)
     assert (done.returncode, bool(done.stderr)) == ((1, True) if bad else (0, False))
     if bad:
-        assert done.stderr == (f"{kind} cannot bind the submit directory {path} (it contains "
-                               f"{rule.what()})\n")
+        assert done.stderr == f"{kind} cannot bind {path} (it contains {rule.what()})\n"
     # submitit's folder check (pyxis: refused before the folder is looked at).
     if kind != "pyxis":
         if bad:
             with pytest.raises(ValueError, match=f"^{kind} cannot bind the submitit folder"):
                 submitit_plan(spec_for(kind), path + "/%j")
         else:
-            assert submitit_plan(spec_for(kind), path + "/%j").python.startswith("bash -c")
+            assert submitit_plan(spec_for(kind), path + "/%j").python.startswith(
+                'bash "${kit}/node/task.sh" srun')
 
 
 def test_one_per_node_srun_for_the_set_up_and_the_doctor():
@@ -76,8 +79,8 @@ def test_one_per_node_srun_for_the_set_up_and_the_doctor():
                       '"--cpus-per-task=${cpus_per_node}"')
     setup = join(rt.setup_step(), width=10**9)
     assert setup.startswith(prefix.replace("srun ", "srun --kill-on-bad-exit=1 ", 1) +
-                            ' bash -c "${enroot_setup}" enroot-setup')
+                            ' bash "${kit}/node/enroot-setup.sh"')
     # The doctor's step: the same srun, without --kill-on-bad-exit (every node reports).
     step = next(line for line in doctor_lines(spec, rt, "table") if line.startswith("srun "))
-    assert step.replace(" \\\n    ", " ").startswith(prefix + " python3 -I -c")
+    assert step.replace(" \\\n    ", " ").startswith(prefix + ' python3 -I "${kit}/node/run.py"')
 

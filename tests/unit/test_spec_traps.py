@@ -140,7 +140,7 @@ def test_env_prepend_append_in_order_after_set():
 def test_enroot_forwards_edited_names():
     spec = parse(image("enroot", "i.sqsh") + "env: {prepend: {PATH: [/opt/bin]}}")
     text = render_jobscript(spec)
-    forwarded = re.search(r'case "\$name" in (\S+)\) pass', text)[1].split("|")
+    forwarded = re.search(r"^enroot_names='([^']*)'$", text, re.M)[1].split()
     assert "PATH" in forwarded and "SLURM_*" in forwarded
 
 

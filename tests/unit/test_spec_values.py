@@ -116,7 +116,7 @@ def test_venv_binds_and_program_expand_and_unset_names_are_checked_first():
     assert "for name in HOME PROJECT SCRATCH; do\n" in text
     assert text.index("for name in") < text.index('source "${SCRATCH}/venv/bin/activate"')
     assert '--bind "${PROJECT}/data:${PROJECT}/data" ' in text.replace(" \\\n    ", " ")
-    assert '--bind "${HOME}/in:/in:ro"' in text
+    assert '--bind "${HOME}/in:/in:ro"' in text.replace(" \\\n    ", " ")
     assert 'export APPTAINER_CACHEDIR="${SCRATCH}/c"' in text
     assert '"${HOME}/t.py" --out "${SCRATCH}/o" \'$HOME\'' in text
 

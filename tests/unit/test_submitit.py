@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from launcher import __version__, kit
 from launcher.model import SpecError
 from launcher.spec import parse_spec
-from launcher.modes.common import srun_task_env
+from launcher.shell import render_statement
 from launcher.submitit import minutes, submitit_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,13 +61,15 @@ def test_whole_nodes_by_default_and_no_time_when_the_spec_has_none():
     assert "time" not in p and "partition" not in p and p["job_name"] == "t"
 
 
+TASK = 'bash "${kit}/node/task.sh" srun'  # srun mode's task script (launcher/node/task.sh)
+
+
 def test_bare_runs_this_python_or_the_venvs_or_the_one_given():
-    assert submitit_plan(spec(), FOLDER).python == \
-        f'bash -c "$submitit_task_env" submitit-task {shlex.quote(sys.executable)}'
-    assert submitit_plan(spec(), FOLDER, python="/opt/py 3/bin/python").python.endswith(
-        "submitit-task /opt/py 3/bin/python")  # as given: submitit's python is a shell command
+    assert submitit_plan(spec(), FOLDER).python == f"{TASK} {shlex.quote(sys.executable)}"
+    assert submitit_plan(spec(), FOLDER, python="/opt/py 3/bin/python").python == \
+        f"{TASK} /opt/py 3/bin/python"  # as given: submitit's python is a shell command
     venv = submitit_plan(spec(site="site: {profile: jsc, venv: .venv}"), FOLDER)
-    assert venv.python.endswith("submitit-task python3")
+    assert venv.python == f"{TASK} python3"
     assert "source .venv/bin/activate" in venv.setup
 
 
@@ -80,7 +83,7 @@ def test_python_is_only_for_bare_without_venv():
 def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
     rt = "runtime: {kind: apptainer, image: my img.sif, binds: [/data]}"
     plain = submitit_plan(spec(rt), FOLDER).python
-    assert plain == ('bash -c "$submitit_task_env" submitit-task apptainer exec --bind /data:/data '
+    assert plain == (f'{TASK} apptainer exec --bind "${{kit}}:${{kit}}:ro" --bind /data:/data '
                      "--bind '/shared/sub mit:/shared/sub mit' --bind \"${PWD}\" 'my img.sif' python3")
     gpus = submitit_plan(spec(rt, job="  gpus_per_node: 4"), FOLDER).python
     assert "apptainer exec --nv --bind" in gpus
@@ -93,10 +96,10 @@ def test_master_is_the_first_nodes_inter_node_name(site, addr):
     setup = submitit_plan(spec(site=site), FOLDER).setup
     assert addr in setup
     # jsc: the suffix picked per system on the first node (launcher.internode), before use
-    picks = [i for i, line in enumerate(setup) if line.startswith("pick_host_suffix ")]
+    picks = [i for i, line in enumerate(setup) if line.startswith("jsc_pick_host_suffix ")]
     assert picks == ([setup.index(addr) - 1] if site == "site: jsc" else [])
-    assert 'hostnames="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"' in setup
-    assert "rdzv_port=$((29500 + SLURM_JOB_ID % 1000))" in setup
+    assert setup.index("jsc_first_node") < setup.index(addr)  # launcher/node/job.sh
+    assert setup.index(addr) + 1 == setup.index('jsc_rdzv_port "${rdzv_host}" 29500 1000 100')
     # The jobscript's own preamble: the same rendezvous lines, then env:// from them.
     at = setup.index('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"')
     assert at > setup.index(addr)
@@ -115,7 +118,20 @@ def test_port_site_and_env_sections_reach_the_setup():
     assert "export GLOO_SOCKET_IFNAME=ib0" in setup and "export NCCL_SOCKET_IFNAME==ib0" in setup
     assert "export NCCL_IB_GID_INDEX=3" in setup
     assert "export HOSTILE='a b '\"'\"'c'\"'\"' $x'" in setup
-    assert setup[-1] == "submitit_task_env=" + shlex.quote(srun_task_env())
+    # The task script is the kit's file, called by path: no script text in the set-up.
+    assert not any("bash -c" in line or "python3 -c" in line or "python3 -I -c" in line
+                   for line in setup)
+
+
+def test_setup_names_the_kit_first_and_checks_its_version():
+    """The set-up's first lines are the jobscript's: the kit's path (this kit's by default,
+    absolute: submitit's job starts wherever submitit runs it), its functions, this version."""
+    setup = submitit_plan(spec(), FOLDER).setup
+    assert setup[:4] == tuple(render_statement(s) for s in kit.lines(str(kit.installed())))
+    assert setup[1] == f"kit={shlex.quote(str(kit.installed()))}"
+    assert setup[3] == f'source "$kit/node/job.sh" {__version__} || exit 1'
+    other = submitit_plan(spec(), FOLDER, kit_dir="/p/kit dir/launcher").setup
+    assert other[1] == "kit='/p/kit dir/launcher'"
 
 
 def test_pyxis_is_refused_in_one_line_saying_why():
@@ -130,17 +146,20 @@ def test_pyxis_is_refused_in_one_line_saying_why():
 
 def test_enroot_creates_per_node_then_starts_python_with_the_folder_mounted():
     plan = submitit_plan(spec("runtime: {kind: enroot, image: i.sqsh}"), "/f/%j")
-    assert plan.python == ('bash -c "$submitit_task_env" submitit-task bash -c "${enroot_start}" '
-                           'enroot-start --mount /f:/f --mount "${PWD}:${PWD}" "${enroot_run}" '
+    assert plan.python == (f'{TASK} bash "${{kit}}/node/enroot-start.sh" "${{enroot_names}}" '
+                           '--mount "${kit}:${kit}:none:x-create=auto,rbind,ro" '
+                           '--mount /f:/f --mount "${PWD}:${PWD}" "${enroot_run}" '
                            'env "--chdir=${PWD}" python3')
     setup = "\n".join(plan.setup)
     flat = " ".join(setup.replace("\\\n", " ").split())  # the line breaks are the renderer's
     assert 'nnodes="$SLURM_JOB_NUM_NODES"' in plan.setup
     assert ('srun --kill-on-bad-exit=1 "--nodes=${nnodes}" "--ntasks=${nnodes}" '
-            '--ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" bash -c "${enroot_setup}" '
-            'enroot-setup') in flat
+            '--ntasks-per-node=1 "--cpus-per-task=${cpus_per_node}" bash '
+            '"${kit}/node/enroot-setup.sh" "${enroot_image}" "${enroot_name}" 1 "${enroot_run}" '
+            '"${enroot_jobs}" || exit 1') in flat
     # Enroot forwards by name: submitit's own variables are among the names.
-    assert "|SUBMITIT_*|" in setup
+    (names,) = [line for line in plan.setup if line.startswith("enroot_names=")]
+    assert "SUBMITIT_*" in shlex.split(names.split("=", 1)[1])[0].split()
 
 
 def test_requeue_is_submitits_own():

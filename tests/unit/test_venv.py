@@ -45,9 +45,9 @@ def test_site_env_is_exported_and_reaches_enroot_by_name():
     assert "\nexport NCCL_IB_GID_INDEX=3\n" in render_jobscript(s)
     enroot = parse_spec("job: {nodes: 1}\nsite: {env: {NCCL_IB_GID_INDEX: '3'}}\n"
                         "runtime: {kind: enroot, image: i.sqsh}\nprogram: [python3]\n", "e.yaml")
-    # Forwarded by name from each task (the enroot_start script's list), never by value.
-    names = re.search(r'case "\$name" in ([^)]*)\)', render_jobscript(enroot))
-    assert names and "NCCL_IB_GID_INDEX" in names.group(1).split("|")
+    # Forwarded by name from each task (enroot-start.sh's list), never by value.
+    names = re.search(r"^enroot_names='([^']*)'$", render_jobscript(enroot), re.M)
+    assert names and "NCCL_IB_GID_INDEX" in names.group(1).split()
 
 
 def test_build_script_purges_loads_and_swaps_last():

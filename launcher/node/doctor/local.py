@@ -234,13 +234,16 @@ def fs_type(path, mounts):
     return kind
 
 
+# The Enroot runtime's shell functions (the set-up's own rule for the data path).
+ENROOT_LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "enroot-lib.sh")
+
+
 def data_path(conf, env):
     """Enroot's data path on this node, asked the way the set-up asks it (the kit's
     enroot_data_path, launcher/node/enroot-lib.sh: `enroot info`, else Enroot's rule)."""
-    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "enroot-lib.sh")
     script = 'source "$1" && enroot_data_path'
-    got = subprocess.run(["bash", "-c", script, "enroot-data", lib], env=env,
+    got = subprocess.run(["bash", "-c", script, "enroot-data", ENROOT_LIB], env=env,
                          stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, universal_newlines=True,
                          timeout=conf.get("timeout", 5.0))
