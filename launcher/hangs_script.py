@@ -1,18 +1,19 @@
 """Hangs in the jobscript: the stack hook on every rank, flight recorder, the last word.
 
 Where it sits: spec -> modes (plans) -> **hangs_script** (lines for jobscript) -> text. Pure:
-the shipped texts are the kit's own files (launcher/task/hook/sitecustomize.py, launcher/node/stacks.py),
-read, never generated. docs/guide/hangs.md for users.
+the lines call the kit's own code (launcher/node/job.sh ``jsc_hangs_setup``, ``jsc_watch``,
+``jsc_after_launch``; launcher/task/hook.sh and hook/sitecustomize.py; launcher/node/stacks.py),
+never carry it. docs/guide/hangs.md for users.
 
 - The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
-  into every container with runtime.bind_cwd) holds ``hook/sitecustomize.py``, ``stacks/``
-  (one dump file per armed rank) and ``fr/`` (torch's flight recorder dumps, with
-  TORCH_FR_* / TORCH_NCCL_* unless the user set them).
-- Every task of the launch starts through a short sh prelude (:data:`HOOK_PRELUDE`, put in
+  into every container with runtime.bind_cwd) holds ``stacks/`` (one dump file per armed
+  rank) and ``fr/`` (torch's flight recorder dumps, with TORCH_FR_* / TORCH_NCCL_* unless the
+  user set them).
+- Every task of the launch starts through a short sh prelude (launcher/task/hook.sh, put in
   front by launcher.runtimes.base ``ContainerRuntime.wrap``) that runs where the task runs,
-  inside the container: it puts ``hook/`` first on the PYTHONPATH it finds there (the
-  image's own, else what the runtime passed on), keeping that value after it. One rule for
-  every runtime: the batch shell never sets PYTHONPATH for the hook.
+  inside the container: it puts the kit's ``task/hook/`` first on the PYTHONPATH it finds
+  there (the image's own, else what the runtime passed on), keeping that value after it. One
+  rule for every runtime: the batch shell never sets PYTHONPATH for the hook.
 - ``jsc-compose stacks JOBID`` (launcher/cli.py) signals the ranks through one
   ``srun --overlap`` step per node (:func:`stacks_srun`) and prints them grouped.
 - Before the job is killed (time limit, scancel): Slurm sends SIGTERM to the batch shell

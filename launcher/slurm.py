@@ -22,8 +22,6 @@ port, has not opened yet: ids a multiple of 1000 apart and the same start second
 shared node. ``launch.rdzv_port`` fixes the port where even that must not happen.
 """
 
-from __future__ import annotations
-
 import re
 from typing import List
 

@@ -14,6 +14,9 @@ if [ "$jsc_kit_version" != "${1:-}" ]; then
         "(jsc-compose render/submit) or install ${1:-?} there" >&2
     return 1
 fi
+# The kit's physical path: containers bind it at that path, where a symlink on the way (a
+# submit directory's launcher -> the install, /p/project -> /p/project1) would not resolve.
+kit=$(cd -P -- "$kit" && pwd)
 # Node 0's torchrun_jsc (launcher/task/run.py) names the kit it runs in the job's log.
 export TORCHRUN_JSC_KIT_LOG=1
 

@@ -13,9 +13,9 @@ the ranks' progress marks (written by the hook) and, once no rank made progress 
 timeout, collects and prints the stacks, names the rank that is behind in one line (into the
 file ``no-progress``, which the jobscript prints last) and ends the job's steps.
 
-Standard library only, Python >= 3.6, run as a script (``python3 -I -c "$(cat stacks.py)"``
-on a node, outside any container: the ranks' processes are visible from the host) and
-imported by the CLI and the tests. No launcher imports: the text is shipped as it is.
+Standard library only, Python >= 3.6, run from the kit on a node, outside any container
+(``python3 -I "$kit/node/run.py" stacks ...``: the ranks' processes are visible from the
+host), and imported by the CLI and the tests. No launcher imports.
 """
 
 import glob

@@ -81,7 +81,7 @@ class Node:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
-    p = argparse.ArgumentParser(prog=f"python -m launcher.{PROG}", description=(
+    p = argparse.ArgumentParser(prog="python3 $kit/task/run.py ray-node", description=(
         "Start Ray on this node of a Slurm step (head on node 0, workers elsewhere) and run "
         "PROGRAM once on node 0 after every node joined."))
     p.add_argument("--head", required=True, metavar="HOST:PORT",

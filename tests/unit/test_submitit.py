@@ -98,7 +98,7 @@ def test_master_is_the_first_nodes_inter_node_name(site, addr):
     # jsc: the suffix picked per system on the first node (launcher.internode), before use
     picks = [i for i, line in enumerate(setup) if line.startswith("jsc_pick_host_suffix ")]
     assert picks == ([setup.index(addr) - 1] if site == "site: jsc" else [])
-    assert setup.index("jsc_first_node") < setup.index(addr)  # launcher/node/job.sh
+    assert setup.index("jsc_first_node || exit 1") < setup.index(addr)  # launcher/node/job.sh
     assert setup.index(addr) + 1 == setup.index('jsc_rdzv_port "${rdzv_host}" 29500 1000 100')
     # The jobscript's own preamble: the same rendezvous lines, then env:// from them.
     at = setup.index('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"')

@@ -2,8 +2,8 @@
 Enroot's free space.
 
 Where it sits: launcher.node.doctor.node runs these beside the network exchange on each node.
-Shipped as text with node.py (launcher.doctor.ship): standard library only, no imports from
-the kit, results as ``cell`` dicts (ok True/False/None, the value, the cause).
+Node-side code with node.py (docs/development/node-code.md): standard library only, no
+imports from the kit, results as ``cell`` dicts (ok True/False/None, the value, the cause).
 """
 
 import json

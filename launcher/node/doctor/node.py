@@ -1,12 +1,13 @@
 """The doctor's node side: every check on one node, the network ones with the first node.
 
 Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node** (one task
-per node: ``python3 -c SCRIPT node CONFIG HOST PORT -- WRAP...``, each node prints one report
+per node: ``python3 -I "$kit/node/run.py" doctor node CONFIG HOST PORT -- WRAP...``, each node
+prints one report
 line) -> launcher.node.doctor.report (the reports -> the table or JSON, exit status). The first
 node listens on the rendezvous port and answers each other node with its clock; the others
-resolve the name, connect and measure. Shipped to the nodes as source with the rule of
-launcher/node/net and the node-local checks of launcher/node/doctor/local.py (launcher/shipped.py,
-bundle "doctor"), so it needs the standard library only and runs with the node's python3. Every check has its own deadline and the node side ends with ``os._exit``, so a
+resolve the name, connect and measure. Node-side code (the rule of launcher/node/net, the
+node-local checks of launcher/node/doctor/local.py): standard library only, the node's
+python3. Every check has its own deadline and the node side ends with ``os._exit``, so a
 hung filesystem or a dropped packet costs seconds, not the step.
 """
 

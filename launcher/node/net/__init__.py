@@ -1,6 +1,6 @@
 """The address and interface rule, stdlib only: which address of a rendezvous host counts and
 which local interface reaches it. Runs on compute nodes: imported by torchrun_jsc and the Ray
-agent (installed in the image or venv) and shipped as ``python3 -c`` source to every task
-script and the doctor (launcher/shipped.py; docs/development/shipped-code.md). Modules here
-import nothing of the composer and nothing outside the standard library.
+agent, run from the kit by every task script (``python3 -I "$kit/node/run.py" net-env``) and
+the doctor (docs/development/node-code.md). Modules here import nothing of the composer and
+nothing outside the standard library.
 """

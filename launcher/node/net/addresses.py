@@ -10,7 +10,7 @@ source address computed towards it is 127.0.0.1, which other nodes cannot reach.
 with AAAA and A records comes back IPv6 first (RFC 6724 precedence) although the cluster
 network the user means is nearly always IPv4.
 
-Shipped to compute nodes as source (launcher/shipped.py): standard library only, Python 3.6.
+Node-side code (docs/development/node-code.md): standard library only, Python 3.6.
 """
 
 import ipaddress

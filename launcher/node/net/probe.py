@@ -4,14 +4,13 @@ reaches it. The only module of the rule that touches sockets.
 Where it sits: host -> ``resolve_host`` -> ``addresses.candidates`` -> ``find_route`` (a
 ``Route``: the address, the source address the kernel picks towards it, its interface) ->
 torchrun_jsc (launcher/task/torchrun_jsc/netinfo.py), the Ray agent, the doctor, and every task
-script through ``task_env_main`` (shipped as ``python3 -c`` source, launcher/shipped.py).
+script through ``task_env_main`` (launcher/node/run.py ``net-env``, from launcher/node/task.sh).
 No reverse DNS anywhere (an interface address without a name must not matter), nothing that
 can hang: name resolution runs in a daemon thread with a deadline, and the source address is
 found with a UDP ``connect`` (no packet is sent) towards the best candidate, never simply the
 first address the resolver gives.
 
-Shipped to compute nodes as source: standard library only, Python 3.6, no single quote in
-this file (it is embedded in the jobscript between single quotes, see launcher/shipped.py).
+Node-side code (docs/development/node-code.md): standard library only, Python 3.6.
 """
 
 import ctypes

@@ -1,8 +1,8 @@
-"""The stack hook: shipped as ``sitecustomize.py`` on the workers' PYTHONPATH (docs/guide/hangs.md).
+"""The stack hook: ``sitecustomize.py`` first on the workers' PYTHONPATH (docs/guide/hangs.md).
 
-Where it sits: spec -> jobscript (launcher.hangs_script writes this file's text into the
-job's directory ``.hangs/JOBID/hook/``; each task's prelude, its HOOK_PRELUDE, puts that
-first on PYTHONPATH inside the container) -> every Python process of the job imports it at
+Where it sits: spec -> jobscript (every task starts through the kit's launcher/task/hook.sh,
+which puts this file's directory, in the kit bound into the container, first on PYTHONPATH
+there) -> every Python process of the job imports it at
 start-up -> ``launcher.node.stacks`` (``jsc-compose stacks JOBID``, or the jobscript before the job
 is killed) signals the ranks and reads what they wrote.
 
