@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence
 from launcher import __version__
 from launcher.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
+from launcher.image_arch import ImageArchError, image_arch, mismatch_line, normalize_arch
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
 from launcher.preview import render_preview
@@ -66,7 +67,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     check = sub.add_parser("check", parents=[debug], help="validate the spec only")
     check.add_argument("spec")
     check.add_argument("--image", action="store_true",
-                       help="also read the image's labels (spython) to confirm torchrun_jsc")
+                       help="also read the image: its architecture (against job.arch, else "
+                       "this host's) and its labels (spython) to confirm torchrun_jsc")
     preview = sub.add_parser("preview", parents=[debug], help="what each node would run")
     preview.add_argument("spec")
     preview.add_argument("--nodelist", required=True, help="e.g. 'jwb[0001-0004]'")
@@ -166,16 +168,32 @@ def launcher_label(labels: Mapping[str, str]) -> Optional[str]:
     return None
 
 
-def _check_image(spec: JobSpec) -> str:
+def _check_image(spec: JobSpec, machine: str) -> str:
+    """The image's architecture and launcher label, for `check --image`'s ok line. An image
+    for another architecture than job.arch is refused; without job.arch, one for another
+    architecture than this host (``machine``) gets a warning line (the partition may differ
+    from the login node)."""
     image = spec.runtime.image
     if spec.runtime.kind != "apptainer" or image is None:
         raise SpecError(spec.source, "runtime.kind", "check --image reads Apptainer images "
                         "only", spec.runtime.kind)
+    if not os.path.isfile(image):
+        raise SubmitError(f"{image}: image not found (build it with `make image`)")
+    try:
+        arch = image_arch(image)
+    except ImageArchError as exc:
+        raise SubmitError(str(exc)) from None
+    if spec.job.arch and arch.arch != spec.job.arch:
+        raise SubmitError(mismatch_line(image, arch, spec.job.arch, f"{spec.source}'s job.arch"))
+    here = normalize_arch(machine) or machine
+    if not spec.job.arch and arch.arch != here:
+        _warn([mismatch_line(image, arch, here, f"this host ({machine})", fix=False)
+               + "; set job.arch when the partition's architecture differs from this host's"])
     found = launcher_label(image_labels(image))
     if found is None:
         raise SubmitError(f"{image}: no label names torchrun_jsc or the launcher; rebuild "
                           "with `make image`")
-    return found
+    return f"{found}, arch {arch.arch} ({arch.source})"
 
 
 def _doctor(spec: JobSpec, args: argparse.Namespace) -> int:
@@ -258,7 +276,7 @@ def _run(args: argparse.Namespace) -> int:
         text = render_jobscript(spec)
         notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         _warn(submit_warnings(spec, os.environ, os.getcwd()))
-        found = f", image label {_check_image(spec)}" if args.image else ""
+        found = f", image label {_check_image(spec, os.uname().machine)}" if args.image else ""
         nodes = f"{spec.job.nodes} node{'s' if spec.job.nodes != 1 else ''}"
         print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
               f"{len(text.splitlines())} lines{found}{notes})")

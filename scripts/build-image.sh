@@ -495,10 +495,10 @@ cmd_image() {
         --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
         --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "LAUNCHER_SRC=$stage" \
         --build-arg "FILES=$repo/containers/files"
-    record image_build_s "$(elapsed "$start")"
+    record "image$(image_tag "$name" | tr - _)_build_s" "$(elapsed "$start")"
     start=$(now)
-    run_test "$tmp_out" image
-    record image_test_s "$(elapsed "$start")"
+    run_test "$tmp_out" "image$(image_tag "$name")"
+    record "image$(image_tag "$name" | tr - _)_test_s" "$(elapsed "$start")"
     commit_output "$out"
 }
 
