@@ -26,21 +26,51 @@ registered_with_f() {
     [ -r "$entry" ] && grep -qx enabled "$entry" && grep -q '^flags: .*F' "$entry"
 }
 
-registered_with_f && exit 0
-[ "$(id -u)" = 0 ] || die "$qemu is not registered in $binfmt with flags F; as root: bash scripts/qemu-setup.sh $arch"
 
-installed() {
-    [ "$(dpkg-query -W -f='${Status}\n' qemu-user-static binfmt-support 2>/dev/null |
-         grep -c 'install ok installed')" = 2 ]
+# QEMU >= 8.1 emulates /proc/cpuinfo for arm/aarch64 programs; 7.2 (bookworm's) passes the
+# host's x86 one through, and torch's cpuinfo crashes importing torch (segfault, measured here).
+MIN_QEMU=8.1
+
+qemu_version() {  # the installed qemu-user's version (8.1), or nothing
+    local bin
+    for bin in "/usr/bin/$qemu-static" "/usr/bin/$qemu"; do
+        [ -x "$bin" ] && { "$bin" --version | sed -n '1s/.*version \([0-9]*\.[0-9]*\).*/\1/p'; return; }
+    done
 }
-if ! installed; then
-    echo "qemu-setup: installing qemu-user-static binfmt-support (apt)"
+
+new_enough() {  # new_enough VERSION: VERSION >= MIN_QEMU
+    [ -n "$1" ] && [ "$(printf '%s\n' "$MIN_QEMU" "$1" | sort -V | head -n1)" = "$MIN_QEMU" ]
+}
+
+# The first suite apt knows whose qemu-user-static is new enough (bookworm's is not; trixie's
+# 10.0 is: scripts/setup.sh adds trixie pinned low).
+qemu_suite() {
+    apt-cache madison qemu-user-static 2>/dev/null | while IFS='|' read -r _ version source; do
+        version=$(echo "$version" | sed 's/^ *[0-9]*://; s/[+~-].*//; s/ //g')
+        if new_enough "$(echo "$version" | cut -d. -f1,2)"; then
+            echo "$source" | awk '{print $2}' | cut -d/ -f1
+            return
+        fi
+    done
+}
+
+registered_with_f && new_enough "$(qemu_version)" && exit 0
+[ "$(id -u)" = 0 ] || die "$qemu is not registered in $binfmt with flags F (or qemu is older than $MIN_QEMU); as root: bash scripts/qemu-setup.sh $arch"
+
+have=$(qemu_version)
+if ! new_enough "$have" || ! command -v update-binfmts >/dev/null; then
+    suite=$(qemu_suite)
+    [ -n "$suite" ] || die "qemu-user-static >= $MIN_QEMU needed (${have:-none} installed; $MIN_QEMU+ emulates /proc/cpuinfo, without it importing torch crashes): add a Debian suite that has it (trixie, or bookworm-backports) to apt's sources, pinned low, then rerun"
+    echo "qemu-setup: installing qemu-user-static binfmt-support from $suite (apt; ${have:-no qemu} here)"
     log=$(mktemp /tmp/qemu-setup-apt.XXXXXX.log)
     if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            qemu-user-static binfmt-support >"$log" 2>&1; then
+            -t "$suite" qemu-user-static binfmt-support >"$log" 2>&1; then
         tail -n 3 "$log" >&2
-        die "apt-get install qemu-user-static binfmt-support failed (log: $log): run apt-get update, then retry"
+        die "apt-get install -t $suite qemu-user-static binfmt-support failed (log: $log): run apt-get update, then retry"
     fi
+    # With flag F the kernel holds the interpreter it opened at registration: re-register,
+    # or the replaced binary keeps running.
+    if [ -e "$entry" ]; then update-binfmts --disable "$qemu" >/dev/null 2>&1 || true; fi
 fi
 if [ ! -e "$binfmt/register" ]; then
     mount -t binfmt_misc binfmt_misc "$binfmt" 2>/dev/null ||

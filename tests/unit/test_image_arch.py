@@ -106,3 +106,15 @@ def test_foreign_builds_register_qemu_before_building() -> None:
     for command in ("base", "image", "horovod", "launchers"):
         body = text.split(f"\ncmd_{command}() {{\n", 1)[1].split("\n}\n", 1)[0]
         assert body.index("need_emulation") < body.index("lock_or_skip"), command
+
+
+@pytest.mark.parametrize("version,ok", [("7.2", False), ("8.0", False), ("8.1", True),
+                                        ("10.0", True), ("", False)])
+def test_qemu_older_than_8_1_is_not_enough(version: str, ok: bool) -> None:
+    """QEMU 7.2 (bookworm's) passes the host's /proc/cpuinfo to aarch64 programs and importing
+    torch segfaults (measured here); 8.1+ emulates it."""
+    text = QEMU.read_text()
+    fn = text.split("\nnew_enough() {", 1)[1].split("\n}\n", 1)[0]
+    r = subprocess.run(["bash", "-c", f'MIN_QEMU=8.1\nnew_enough() {{{fn}\n}}\nnew_enough "$1"',
+                        "bash", version], timeout=30)
+    assert (r.returncode == 0) == ok
