@@ -160,7 +160,7 @@ def image_arch(path: str) -> ImageArch:
 def mismatch_line(image: str, arch: ImageArch, want: str, where: str, fix: bool = True) -> str:
     """One line: IMAGE is for A, WHERE is B, it would not run (and how to build for B)."""
     line = (f"{image}: image is {arch.arch} ({arch.source}), {where} is {want}: it would not "
-            "run (exec format error)")
+            "run natively (exec format error, or very slow emulation where qemu is registered)")
     if fix:
         line += f"; build it for {want}: make image ARCH={_DEBIAN.get(want, want)}"
     return line

@@ -579,12 +579,16 @@ drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has
     local sqsh=$1 dir
     [ "$(unsquashfs -lls "$sqsh" | grep -c '^[cb]')" -gt 0 ] || return 0
     dir=$(mktemp -d "$(dirname "$sqsh")/.enroot-tree.XXXXXX")
-    unsquashfs -q -f -d "$dir/root" "$sqsh" >/dev/null 2>&1 || die "unsquashfs $sqsh failed"
+    stage_dir=$dir  # removed on any exit (cleanup): an unpacked CUDA image is about 5 GB
+    if ! unsquashfs -q -f -d "$dir/root" "$sqsh" >"$dir/log" 2>&1; then
+        die "unsquashfs $sqsh failed: $(grep -v '^$' "$dir/log" | tail -n 1) (df -h $(dirname "$sqsh"): the unpacked tree needs the image's uncompressed size)"
+    fi
     find "$dir/root/dev" -mindepth 1 -delete
     rm -f "$sqsh"
     mksquashfs "$dir/root" "$sqsh" -quiet -noappend -comp zstd -Xcompression-level 3 \
         >/dev/null || die "mksquashfs of $sqsh failed"
     rm -rf "$dir"
+    stage_dir=""
 }
 
 cmd_enroot() {

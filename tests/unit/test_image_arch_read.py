@@ -104,7 +104,8 @@ def test_node_side_refusal_names_both_architectures(tmp_path) -> None:
     line = node_arch_mismatch(image, machine="x86_64")
     assert line is not None and "\n" not in line
     assert line.startswith(f"{image}: image is aarch64 (SIF partition), node ")
-    assert " is x86_64: it would not run (exec format error); build it for x86_64: " \
+    assert " is x86_64: it would not run natively (exec format error, or very slow emulation " \
+           "where qemu is registered); build it for x86_64: " \
            "make image ARCH=amd64" in line
     # unreadable: the runtime's own error says more than a guess
     assert node_arch_mismatch(str(tmp_path / "none.sif"), machine="x86_64") is None
@@ -141,7 +142,8 @@ def test_check_image_refuses_another_architecture_than_job_arch(tmp_path, capsys
     assert main(["check", "--image", str(path)]) == 1
     err = capsys.readouterr().err
     assert err == (f"{image}: image is aarch64 (label), {path}'s job.arch is x86_64: it would not "
-                   "run (exec format error); build it for x86_64: make image ARCH=amd64\n")
+                   "run natively (exec format error, or very slow emulation where qemu is "
+                   "registered); build it for x86_64: make image ARCH=amd64\n")
 
 
 def test_check_image_warns_when_this_host_differs(tmp_path, capsys, monkeypatch) -> None:
@@ -154,7 +156,7 @@ def test_check_image_warns_when_this_host_differs(tmp_path, capsys, monkeypatch)
     err = capsys.readouterr().err.splitlines()
     assert [ln for ln in err if "it would not run" in ln] == [
         f"{image}: image is aarch64 (label), this host (x86_64) is x86_64: it would not run "
-        "(exec format error); set job.arch when the partition's architecture differs from "
+        "natively (exec format error, or very slow emulation where qemu is registered); set job.arch when the partition's architecture differs from "
         "this host's"]
 
 
