@@ -37,66 +37,98 @@ torch-compat: setup
 	bash scripts/torch-compat.sh $(TORCH_VERSIONS)
 
 # --- Images (containers/, scripts/build-image.sh, docs/development/containers.md) ---------
-# BASE=local (default, CI): Debian bookworm via debootstrap + the on-disk torch wheel.
-# BASE=docker: pinned official PyTorch CUDA image (DOCKER_FROM=... to change it).
+# ARCH=amd64|arm64 (default: this host's; x86_64/aarch64 accepted). A foreign ARCH builds
+# under qemu-user-static, which scripts/build-image.sh registers (scripts/qemu-setup.sh).
+# BASE=local (default on amd64, CI): Debian bookworm via debootstrap + the on-disk torch wheel.
+# BASE=cuda (default on arm64: PyPI has no CPU torch for aarch64): Debian + torch's CUDA 13
+#   and NCCL wheels from PyPI (requirements/cuda.txt); multi-GB, never part of `make test`.
+# BASE=docker: pinned official PyTorch CUDA image (DOCKER_FROM=... to change it; x86_64 only,
+#   NGC's nvcr.io/nvidia/pytorch images are multi-arch).
 # The base is cached in build/base-$(BASE).sif; image.sif is a thin launcher layer on it.
-BASE ?= local
+# Names: amd64 keeps image.sif & co.; BASE=cuda adds -cuda, arm64 adds -arm64
+# (image-cuda.sif, image-cuda-arm64.sif, build/base-cuda-arm64.sif); `make image-names` says.
+HOST_ARCH := $(shell dpkg --print-architecture 2>/dev/null || uname -m)
+ARCH ?= $(HOST_ARCH)
+override ARCH := $(patsubst x86_64,amd64,$(patsubst aarch64,arm64,$(ARCH)))
+BASE ?= $(if $(filter arm64,$(ARCH)),cuda,local)
+ASFX := $(if $(filter amd64,$(ARCH)),,-$(ARCH))
+TAG := $(if $(filter cuda,$(BASE)),-cuda)$(ASFX)
+BASE_SIF := build/base-$(BASE)$(ASFX).sif
+IMAGE_SIF := image$(TAG).sif
+HOROVOD_SIF := horovod$(TAG).sif
+LAUNCHERS_SIF := launchers$(TAG).sif
+export ARCH
 TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
 # Horovod on this base needs the -devel variant (nvcc, NCCL headers).
 DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 export TORCH_WHEEL DOCKER_FROM
 BUILD_IMAGE := bash scripts/build-image.sh
 LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
+# The layers' build commands name their input and output only where they differ from the
+# amd64 defaults (image.sif), so that `make image` runs exactly what it always ran.
+TAG_ARGS = $(if $(TAG), $(1))
 
-.PHONY: base-image FORCE
+.PHONY: base-image image-names cuda-images FORCE
 FORCE:
 
 # wildcard: a missing wheel is reported by build-image.sh in one line, not as "No rule to make".
-build/base-local.sif: containers/base-local.def containers/files/verbs_check.py $(wildcard $(TORCH_WHEEL))
+build/base-local$(ASFX).sif: containers/base-local.def containers/files/verbs_check.py $(wildcard $(TORCH_WHEEL))
 	$(BUILD_IMAGE) base local
-build/base-docker.sif: containers/base-docker.def containers/files/verbs_check.py build/docker-from.vars
+build/base-docker$(ASFX).sif: containers/base-docker.def containers/files/verbs_check.py build/docker-from.vars
 	$(BUILD_IMAGE) base docker
+build/base-cuda$(ASFX).sif: containers/base-cuda.def containers/files/verbs_check.py containers/files/cuda_check.py \
+                            requirements/cuda.txt requirements/cuda-debian.txt
+	$(BUILD_IMAGE) base cuda
 build/docker-from.vars: FORCE
 	@mkdir -p build
 	@echo "DOCKER_FROM=$(DOCKER_FROM)" >$@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
-base-image: build/base-$(BASE).sif
+base-image: $(BASE_SIF)
+image-names:
+	@$(BUILD_IMAGE) paths $(BASE)
 
 # Rewritten only when BASE or the recorded commit changes, so that labels stay true.
-build/image.vars: FORCE
+build/image$(TAG).vars: FORCE
 	@mkdir -p build
 	@printf '%s\n' "BASE=$(BASE)" "COMMIT=$$($(BUILD_IMAGE) commit)" >$@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
-build/horovod.vars: FORCE
+build/horovod$(TAG).vars: FORCE
 	@mkdir -p build
 	@printf '%s\n' "BASE=$(BASE)" "HOST_OPENMPI=$$(dpkg-query -W -f='$${Version}' openmpi-bin 2>/dev/null)" >$@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 
-image.sif: build/base-$(BASE).sif containers/pytorch.def containers/files/allreduce_check.py \
-           $(LAUNCHER_SRC) build/image.vars
+$(IMAGE_SIF): $(BASE_SIF) containers/pytorch.def containers/files/allreduce_check.py \
+           $(LAUNCHER_SRC) build/image$(TAG).vars
 	$(BUILD_IMAGE) image $(BASE)
-image: image.sif
+image: $(IMAGE_SIF)
 
-horovod.sif: build/base-$(BASE).sif containers/horovod.def containers/files/horovod_check.py \
-             build/horovod.vars
+$(HOROVOD_SIF): $(BASE_SIF) containers/horovod.def containers/files/horovod_check.py \
+             build/horovod$(TAG).vars
 	$(BUILD_IMAGE) horovod $(BASE)
-horovod-image: horovod.sif
+horovod-image: $(HOROVOD_SIF)
 
 # accelerate, deepspeed, ray, submitit (requirements/launchers.txt) on image.sif, offline from a
 # host-made wheelhouse; a layer of its own so image.sif stays as small and quick as it is.
-launchers.sif: image.sif containers/launchers.def requirements/launchers.txt scripts/check-pins.py
-	$(BUILD_IMAGE) launchers
-launchers-image: launchers.sif
+$(LAUNCHERS_SIF): $(IMAGE_SIF) containers/launchers.def requirements/launchers.txt scripts/check-pins.py
+	$(BUILD_IMAGE) launchers$(call TAG_ARGS,$(IMAGE_SIF) $(LAUNCHERS_SIF))
+launchers-image: $(LAUNCHERS_SIF)
 
-image.sqsh: image.sif
-	$(BUILD_IMAGE) enroot image.sif image.sqsh
-enroot-image: image.sqsh
-horovod.sqsh: horovod.sif
-	$(BUILD_IMAGE) enroot horovod.sif horovod.sqsh
-horovod-enroot-image: horovod.sqsh
-launchers.sqsh: launchers.sif
-	$(BUILD_IMAGE) enroot launchers.sif launchers.sqsh
-launchers-enroot-image: launchers.sqsh
+$(IMAGE_SIF:.sif=.sqsh): $(IMAGE_SIF)
+	$(BUILD_IMAGE) enroot $(IMAGE_SIF) $(IMAGE_SIF:.sif=.sqsh)
+enroot-image: $(IMAGE_SIF:.sif=.sqsh)
+$(HOROVOD_SIF:.sif=.sqsh): $(HOROVOD_SIF)
+	$(BUILD_IMAGE) enroot $(HOROVOD_SIF) $(HOROVOD_SIF:.sif=.sqsh)
+horovod-enroot-image: $(HOROVOD_SIF:.sif=.sqsh)
+$(LAUNCHERS_SIF:.sif=.sqsh): $(LAUNCHERS_SIF)
+	$(BUILD_IMAGE) enroot $(LAUNCHERS_SIF) $(LAUNCHERS_SIF:.sif=.sqsh)
+launchers-enroot-image: $(LAUNCHERS_SIF:.sif=.sqsh)
+
+# The CUDA images of both architectures with their squashfs (several GB each, about N min
+# here: docs/development/containers.md). Run before landing a change to base-cuda.def,
+# requirements/cuda*.txt or scripts/build-image.sh; not part of `make test` or CI.
+cuda-images:
+	$(MAKE) enroot-image BASE=cuda ARCH=amd64
+	$(MAKE) enroot-image BASE=cuda ARCH=arm64
 
 # --- Jobscripts (launcher composer, docs/guide/specs.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 from launcher import __version__, imagecheck, kit
 from launcher.node.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
+from launcher.image_arch import ImageArchError, image_arch, mismatch_line, normalize_arch
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
 from launcher.preview import render_preview
@@ -72,8 +73,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     check = sub.add_parser("check", parents=[debug], help="validate the spec only")
     check.add_argument("spec")
     check.add_argument("--image", action="store_true",
-                       help="also run the image here (apptainer) and check that it has python3 "
-                       ">= 3.8, torch >= 1.9 and the commands the spec starts in it")
+                       help="also read the image's architecture (against job.arch, else "
+                       "this host's) and run it here (apptainer): python3 >= 3.8, torch >= "
+                       "1.9 and the commands the spec starts in it")
     preview = sub.add_parser("preview", parents=[debug], help="what each node would run")
     preview.add_argument("spec")
     preview.add_argument("--nodelist", required=True, help="e.g. 'jwb[0001-0004]'")
@@ -162,9 +164,12 @@ def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
     print(sbatch(script, args.sbatch_args))
 
 
-def _check_image(spec: JobSpec) -> str:
-    """What the spec's image has (python3, torch, the commands the spec starts in it), read by
-    running a probe in it here; one line naming what it lacks (launcher.imagecheck)."""
+def _check_image(spec: JobSpec, machine: str) -> str:
+    """What the spec's image is and has: its architecture, read without running it (an image
+    for another architecture than job.arch is refused; without job.arch, one for another
+    architecture than this host, ``machine``, gets a warning line: the partition may differ
+    from the login node), then, where it runs natively here, python3, torch and the commands
+    the spec starts in it (launcher.imagecheck); one line naming what it lacks."""
     image = spec.runtime.image
     local = None if image is None else RUNTIMES[spec.runtime.kind](spec).local_exec(image, [])
     if local is None or image is None:
@@ -172,6 +177,19 @@ def _check_image(spec: JobSpec) -> str:
                         "Apptainer: apptainer images only", spec.runtime.kind)
     if "://" not in image and not os.path.exists(image):
         raise SubmitError(f"{image}: image not found (build it with `make image`)")
+    try:
+        arch = image_arch(image)
+    except ImageArchError as exc:
+        raise SubmitError(str(exc)) from None
+    if spec.job.arch and arch.arch != spec.job.arch:
+        raise SubmitError(mismatch_line(image, arch, spec.job.arch, f"{spec.source}'s job.arch"))
+    here = normalize_arch(machine) or machine
+    where = f"arch {arch.arch} ({arch.source})"
+    if arch.arch != here:
+        if not spec.job.arch:
+            _warn([mismatch_line(image, arch, here, f"this host ({machine})", fix=False)
+                   + "; set job.arch when the partition's architecture differs from this host's"])
+        return f"{where}, not run here (another architecture)"
     wanted = imagecheck.commands(spec)
     try:
         done = subprocess.run(imagecheck.probe_argv(local, wanted), capture_output=True, text=True,
@@ -188,7 +206,7 @@ def _check_image(spec: JobSpec) -> str:
         raise SubmitError(f"{image}: {'; '.join(problems)}: use an image that has them (any "
                           "image with python3 >= 3.8 and torch >= 1.9: the kit's own code is "
                           "bound in from the kit)")
-    return have
+    return f"{have}, {where}"
 
 
 def _kit_dir(args: argparse.Namespace) -> str:
@@ -287,7 +305,7 @@ def _run(args: argparse.Namespace) -> int:
         text = render_jobscript(spec, kit_dir=kit_dir)
         notes = "".join(f"; {note}" for note in check_log_dirs(spec))
         _warn(submit_warnings(spec, os.environ, os.getcwd()))
-        found = f", image: {_check_image(spec)}" if args.image else ""
+        found = f", image: {_check_image(spec, os.uname().machine)}" if args.image else ""
         nodes = f"{spec.job.nodes} node{'s' if spec.job.nodes != 1 else ''}"
         print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
               f"{len(text.splitlines())} lines{found}{notes})")

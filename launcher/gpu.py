@@ -20,6 +20,12 @@ crosses the link between domains: between sockets, or inside one on AMD EPYC nod
 domains per socket). The GPU's CPUs come from sysfs through its PCI address, as torch.numa
 finds them; the domains of CPUs from sysfs too (devices/system/node), and where the node
 reports none, the sockets are compared instead.
+
+NUMA nodes without CPUs: a GH200 node (JUPITER) shows 36, 0-3 the Grace sockets, 4/12/20/28
+the GPUs' HBM, the rest empty; a GPU there can name a memory-only node (its PCI ``numa_node``;
+NVML does the same, vllm-project/vllm#39361, NVIDIA/mlperf-common#16) and have no
+``local_cpulist``. Such a node stands for the nearest node that has CPUs, by the kernel's
+distance table (``nearest_cpu_node``), here and in torchrun_jsc's ``--numa-binding``.
 """
 
 from __future__ import annotations
@@ -100,14 +106,58 @@ def _read(path: str) -> str:
         return ""
 
 
-def gpu_cpus(props: Any, sysfs: str = "/sys") -> Set[int]:
-    """The CPUs local to a GPU (its PCI device's local_cpulist); empty when unknown (a torch
-    without the PCI fields, no sysfs)."""
+def node_cpus(node: int, sysfs: str = "/sys") -> Set[int]:
+    """The CPUs of NUMA node ``node`` (empty for a memory-only node or an unknown one)."""
+    return parse_cpulist(_read(os.path.join(sysfs, f"devices/system/node/node{node}/cpulist")))
+
+
+def _node_ids(sysfs: str) -> list:
+    """The NUMA node ids in the order of the kernel's distance rows (ascending)."""
+    online = parse_cpulist(_read(os.path.join(sysfs, "devices/system/node/online")))
+    if online:
+        return sorted(online)
+    found = (os.path.basename(p)[len("node"):] for p in
+             glob.glob(os.path.join(sysfs, "devices/system/node/node[0-9]*")))
+    return sorted(int(n) for n in found if n.isdigit())
+
+
+def nearest_cpu_node(node: int, sysfs: str = "/sys") -> Optional[int]:
+    """``node`` when it has CPUs, else the node with CPUs nearest to it by the kernel's
+    distance table (nodeN/distance; the lower id on a tie); None when nothing says."""
+    if node_cpus(node, sysfs):
+        return node
+    row = _read(os.path.join(sysfs, f"devices/system/node/node{node}/distance")).split()
+    ids = _node_ids(sysfs)
+    if not row or len(row) != len(ids) or not all(d.isdigit() for d in row):
+        return None
+    near = sorted((int(d), i) for d, i in zip(row, ids) if i != node and node_cpus(i, sysfs))
+    return near[0][1] if near else None
+
+
+def pci_address(props: Any) -> Optional[str]:
+    """A GPU's PCI address as sysfs names it ("0000:07:00.0"), None without the fields."""
     try:
-        addr = "%04x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+        return "%04x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
     except (AttributeError, TypeError):
+        return None
+
+
+def gpu_cpus(props: Any, sysfs: str = "/sys") -> Set[int]:
+    """The CPUs local to a GPU (its PCI device's local_cpulist; without one, the CPUs of its
+    numa_node, or of the nearest node with CPUs when that holds memory only, as on GH200);
+    empty when unknown (a torch without the PCI fields, no sysfs)."""
+    addr = pci_address(props)
+    if addr is None:
         return set()
-    return parse_cpulist(_read(os.path.join(sysfs, "bus/pci/devices", addr, "local_cpulist")))
+    dev = os.path.join(sysfs, "bus/pci/devices", addr)
+    near = parse_cpulist(_read(os.path.join(dev, "local_cpulist")))
+    if near:
+        return near
+    node = _read(os.path.join(dev, "numa_node")).strip()
+    if not node.isdigit():  # -1: the kernel does not know
+        return set()
+    cpu_node = nearest_cpu_node(int(node), sysfs)
+    return node_cpus(cpu_node, sysfs) if cpu_node is not None else set()
 
 
 def sockets(cpus: Iterable[int], sysfs: str = "/sys") -> Set[int]:
@@ -201,5 +251,6 @@ def select_device(torch: Any, env: Optional[Mapping[str, str]] = None, sysfs: st
     return torch.device("cpu")
 
 
-__all__ = ["cpu_ranges", "cpu_refusal", "device_index", "gpu_cpus", "numa_nodes",
-           "parse_cpulist", "placement_warning", "requested", "select_device", "sockets"]
+__all__ = ["cpu_ranges", "cpu_refusal", "device_index", "gpu_cpus", "nearest_cpu_node",
+           "node_cpus", "numa_nodes", "parse_cpulist", "pci_address", "placement_warning",
+           "requested", "select_device", "sockets"]

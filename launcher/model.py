@@ -57,6 +57,7 @@ class Job:
     sbatch: Tuple[Tuple[str, Optional[str]], ...] = ()
     sbatch_off: Tuple[str, ...] = ()  # options the spec switched off (`false`)
     requeue: Optional[Requeue] = None
+    arch: Optional[str] = None  # the partition's: x86_64 | aarch64 (check --image compares)
 
 
 @dataclass(frozen=True)

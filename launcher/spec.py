@@ -22,11 +22,12 @@ from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.spec_site import check_site_env, load_site
 from launcher.spec_values import expandable
+from launcher.image_arch import ARCHES, normalize_arch
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")
 _JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
-        "output", "error", "node_output", "sbatch", "requeue")
+        "output", "error", "node_output", "sbatch", "requeue", "arch")
 _LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port", "preflight", "hang_timeout")
 # Every other launch key belongs to the modes that name it in LaunchMode.keys.
 _LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
@@ -93,6 +94,12 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         raise r.fail("job.name", "must not contain '/' or '\\' while an output file pattern "
                      "uses %x", name)
     sbatch, sbatch_off = _load_sbatch(r, m.get("sbatch", {}))
+    arch = s("arch")
+    if arch is not None and arch not in ARCHES:
+        near = normalize_arch(arch)
+        hint = f" (did you mean {near!r}? the kernel's name, as uname -m prints it)" if near else ""
+        raise r.fail("job.arch", "the partition's CPU architecture: aarch64 (JUPITER Booster, "
+                     f"GH200) or x86_64{hint}", arch)
     return Job(
         name=name,
         nodes=r.integer("job.nodes", m["nodes"], 1, 100000),
@@ -104,6 +111,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         node_output=None if node_output is None else _node_output(r, node_output),
         sbatch=sbatch, sbatch_off=sbatch_off,
         requeue=load_requeue(r, m.get("requeue"), time, sbatch),
+        arch=arch,
     )
 
 

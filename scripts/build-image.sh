@@ -8,15 +8,25 @@
 #   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
 #   build-image.sh def DEF OUT      any definition file -> OUT (the tests' own images)
 #   build-image.sh commit           print the git commit the image label records
+#   build-image.sh prepare cuda     download and lay out the CUDA base's parts for ARCH only
+#   build-image.sh paths NAME       print the base, image, horovod and launchers paths for
+#                                   ARCH and base NAME (the Makefile's names; tests compare)
+#
+# ARCH (Debian names amd64|arm64; x86_64/aarch64 accepted; default: this host's) picks the
+# architecture. amd64 outputs keep their names (image.sif, build/base-local.sif); others get
+# -ARCH, and the CUDA base -cuda: build/base-cuda-arm64.sif, image-cuda-arm64.sif. A foreign
+# ARCH runs its %post and %test under qemu-user-static (scripts/qemu-setup.sh registers it);
+# pip never runs emulated: wheels are laid out on the host (pip --platform --target).
 #
 # Every output is written to a temporary name next to it and renamed only after the build
 # (and, for images, `apptainer test`) succeeded: a failed or interrupted build leaves the
 # previous image untouched and no half-written file. Failures end with one line saying
 # what to do. Durations go to build/image-times.json (read by `make bench`).
-# Environment: FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor, zstd),
+# Environment: ARCH (above), FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor, zstd),
 # TORCH_WHEEL (local base), DOCKER_FROM (docker base), MIRROR (Debian mirror), PY (a host
 # python with pip, for `pip download`; default: the project venv, else python3, else a small
-# venv made here in build/tools-venv).
+# venv made here in build/tools-venv), PYPI_INDEX (the index the CUDA base's wheels come from;
+# asked with pip --isolated so that a local find-links such as /opt/wheels cannot win).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -26,9 +36,29 @@ DOCKER_FROM=${DOCKER_FROM:-pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 COMPRESS=${COMPRESS:-zstd}
 PY=${PY:-}
+PYPI_INDEX=${PYPI_INDEX:-https://pypi.org/simple}
 HOROVOD_VERSION=0.28.1
 
 die() { echo "build-image: $*" >&2; exit 1; }
+
+# Debian architecture names; the kernel's (uname -m) are accepted too.
+host_arch() {
+    dpkg --print-architecture 2>/dev/null && return 0
+    case $(uname -m) in
+        x86_64) echo amd64 ;;
+        aarch64) echo arm64 ;;
+        *) uname -m ;;
+    esac
+}
+HOST_ARCH=$(host_arch)
+ARCH=${ARCH:-$HOST_ARCH}
+case $ARCH in
+    amd64|x86_64) ARCH=amd64; MACHINE=x86_64 ;;
+    arm64|aarch64) ARCH=arm64; MACHINE=aarch64 ;;
+    *) die "ARCH=$ARCH: expected amd64 or arm64 (x86_64 and aarch64 are accepted too)" ;;
+esac
+# amd64 keeps the names every other target and test uses.
+if [ "$ARCH" = amd64 ]; then ASFX=""; else ASFX="-$ARCH"; fi
 
 git_commit() {
     local sha
@@ -175,12 +205,28 @@ run_test() {
 
 commit_output() { mv -f "$tmp_out" "$1"; tmp_out=""; echo "build-image: wrote $1"; }
 
-base_sif() { echo "$build/base-$1.sif"; }
+base_sif() { echo "$build/base-$1$ASFX.sif"; }
+# image_tag NAME: what the layers built on base NAME add to their names (-cuda, -arm64).
+image_tag() { if [ "$1" = cuda ]; then echo "-cuda$ASFX"; else echo "$ASFX"; fi; }
+
+cmd_paths() {
+    local name=${1:?base name} tag
+    tag=$(image_tag "$name")
+    printf '%s\n' "build/base-$name$ASFX.sif" "image$tag.sif" "horovod$tag.sif" "launchers$tag.sif"
+}
+
+# A foreign ARCH runs %post and %test emulated: register qemu first (root; idempotent).
+need_emulation() {
+    [ "$ARCH" = "$HOST_ARCH" ] && return 0
+    bash "$repo/scripts/qemu-setup.sh" "$ARCH" ||
+        die "ARCH=$ARCH on this $HOST_ARCH host needs qemu-user-static registered (see above)"
+}
 
 base_desc() {
     case $1 in
         local) echo "debootstrap:bookworm+$(basename "$TORCH_WHEEL")" ;;
         docker) echo "docker://$DOCKER_FROM" ;;
+        cuda) echo "debootstrap:bookworm/$ARCH+pypi:torch==$(pin torch)" ;;
         *) echo "$1" ;;
     esac
 }
@@ -252,7 +298,7 @@ fill_horovod_wheelhouse() {
 LAUNCHERS_REQ=$repo/requirements/launchers.txt
 
 fill_launchers_wheelhouse() {
-    local dir=$build/wheelhouse/launchers stamp pyver
+    local dir=$build/wheelhouse/launchers$ASFX stamp pyver plat=()
     [ -f "$LAUNCHERS_REQ" ] || die "$LAUNCHERS_REQ missing: the launchers' pins come with the repository"
     stamp=$dir/.complete-$(md5sum <"$LAUNCHERS_REQ" | cut -c1-12)
     [ -f "$stamp" ] && return 0
@@ -261,18 +307,134 @@ fill_launchers_wheelhouse() {
     pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     [ "$pyver" = 3.11 ] ||
         die "pip download for the image needs a host Python 3.11 (the image's), $PY is $pyver: set PY=/path/to/python3.11"
+    # Another architecture's wheels: named platform tags (--no-deps makes pip accept them).
+    if [ "$ARCH" != "$HOST_ARCH" ]; then
+        while IFS= read -r -d '' o; do plat+=("$o"); done < <(platform_args)
+    fi
     rm -rf "$dir"
     mkdir -p "$dir"
-    pip_download wheelhouse-launchers "the launchers' pins (${LAUNCHERS_REQ#"$repo"/})" -q -d "$dir" \
-        --no-deps --only-binary :all: --no-binary deepspeed -r "$LAUNCHERS_REQ"
+    pip_download "wheelhouse-launchers$ASFX" "the launchers' pins (${LAUNCHERS_REQ#"$repo"/})" -q -d "$dir" \
+        "${plat[@]}" --no-deps --only-binary :all: --no-binary deepspeed -r "$LAUNCHERS_REQ"
     touch "$stamp"
 }
 
-cmd_base() {
-    local name=${1:?base name: local or docker} out=${2:-} start hint args=()
-    [ -n "$out" ] || out=$(base_sif "$name")
-    [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local or BASE=docker (containers/base-*.def)"
+# --- The CUDA base (containers/base-cuda.def): Debian from its mirror, torch from PyPI ------
+CUDA_REQ=$repo/requirements/cuda.txt
+CUDA_DEBS=$repo/requirements/cuda-debian.txt
+
+# pin NAME: the version requirements/cuda.txt pins NAME to.
+pin() {
+    local v
+    v=$(sed -n "s/^$1==\([^ ;#]*\).*/\1/p" "$CUDA_REQ")
+    [ -n "$v" ] || die "${CUDA_REQ#"$repo"/} pins no $1 (NAME==VERSION): it comes with the repository"
+    echo "$v"
+}
+
+# pip's --platform takes tags literally (manylinux_2_28 does not imply _2_17): list every
+# manylinux tag bookworm's glibc 2.36 runs, as pip would on a native host.
+platform_args() {
+    local n
+    printf '%s\0' --platform "manylinux2014_$MACHINE"
+    for n in $(seq 17 36); do printf '%s\0' --platform "manylinux_2_${n}_$MACHINE"; done
+    printf '%s\0' --python-version 3.11 --implementation cp --abi cp311
+}
+
+# PyPI explicitly: this machine's pip configuration adds /opt/wheels (a CPU torch) and a
+# constraints file; --isolated ignores both. PIP_CERT (a site's proxy CA) is kept.
+pypi_args() {
+    printf '%s\0' --isolated --index-url "$PYPI_INDEX"
+    if [ -n "${PIP_CERT:-}" ]; then printf '%s\0' --cert "$PIP_CERT"; fi
+}
+
+# The pinned wheels for ARCH (about 2.7 GB), downloaded once; pip skips files it has.
+fill_cuda_wheelhouse() {
+    local dir=$build/wheelhouse/cuda-$ARCH stamp args=() start
+    stamp=$dir/.complete-$(md5sum <"$CUDA_REQ" | cut -c1-12)
+    [ -f "$stamp" ] && return 0
+    while IFS= read -r -d '' o; do args+=("$o"); done < <(pypi_args; platform_args)
+    mkdir -p "$dir"
+    start=$(now)
+    pip_download "wheelhouse-cuda-$ARCH" "the CUDA base's pins (${CUDA_REQ#"$repo"/}) for $ARCH from $PYPI_INDEX" \
+        "${args[@]}" --only-binary=:all: --no-deps -q -d "$dir" -r "$CUDA_REQ"
+    record "wheelhouse-cuda-${ARCH}_download_s" "$(elapsed "$start")"
+    touch "$stamp"
+}
+
+# site-packages laid out on the host for ARCH (pip --target with --platform: nothing of pip
+# runs emulated); base-cuda.def moves it into the image's dist-packages.
+stage_cuda_site() {
+    local dir=$build/stage/site-cuda-$ARCH stamp args=()
+    stamp=$dir.complete-$(md5sum <"$CUDA_REQ" | cut -c1-12)
+    [ -f "$stamp" ] && [ -d "$dir" ] && return 0
+    while IFS= read -r -d '' o; do args+=("$o"); done < <(platform_args)
+    pip_python
+    rm -rf "$dir" "$build/stage/site-cuda-$ARCH.complete-"*
+    mkdir -p "$build/logs"
+    if ! "$PY" -m pip install --isolated --no-index --find-links "$build/wheelhouse/cuda-$ARCH" \
+            --no-deps --only-binary=:all: "${args[@]}" --target "$dir" -r "$CUDA_REQ" \
+            >"$build/logs/stage-cuda-$ARCH.log" 2>&1; then
+        grep -E '^(ERROR|error):' "$build/logs/stage-cuda-$ARCH.log" | tail -n 3 >&2 || true
+        die "pip install --target of the CUDA pins failed (log: build/logs/stage-cuda-$ARCH.log)"
+    fi
+    touch "$stamp"
+}
+
+# Debian bookworm for ARCH via the host's debootstrap (Apptainer's debootstrap bootstrap always
+# takes the host's architecture); cached per package list and mirror. Its second stage runs
+# emulated for a foreign ARCH. The Debian versions are checked against the pins afterwards.
+make_rootfs() {
+    local dir=$build/rootfs/bookworm-$ARCH stamp pkgs log=$build/logs/rootfs-$ARCH.log start
+    pkgs=$(sed -e 's/#.*//' -e 's/=.*//' "$CUDA_DEBS" | xargs | tr ' ' ,)
+    [ -n "$pkgs" ] || die "${CUDA_DEBS#"$repo"/} lists no packages"
+    stamp=$dir.complete-$(printf '%s %s' "$pkgs" "$MIRROR" | md5sum | cut -c1-12)
+    [ -f "$stamp" ] && [ -d "$dir" ] && return 0
+    command -v debootstrap >/dev/null || die "debootstrap not found: apt-get install debootstrap (or sudo make setup)"
+    rm -rf "$dir" "$build/rootfs/bookworm-$ARCH.complete-"*
+    mkdir -p "$build/rootfs" "$build/logs"
+    echo "build-image: debootstrap bookworm/$ARCH into ${dir#"$repo"/} (log: ${log#"$repo"/})"
+    start=$(now)
+    if ! debootstrap --arch="$ARCH" --variant=minbase --exclude=openssl,udev,debconf-i18n,e2fsprogs \
+            --include="apt,$pkgs" bookworm "$dir" "$MIRROR" >"$log" 2>&1; then
+        tail -n 3 "$log" >&2
+        die "debootstrap of bookworm/$ARCH failed: check http access to $MIRROR (MIRROR=... picks another)"
+    fi
+    record "rootfs-${ARCH}_debootstrap_s" "$(elapsed "$start")"
+    touch "$stamp"
+}
+
+# prepare_cuda: everything the CUDA base needs on the host, once per ARCH (a lock, so that
+# `build-image.sh prepare cuda` may run beside a build).
+prepare_cuda() {
+    local start
+    mkdir -p "$build"
+    exec 8>"$build/.lock-prepare-cuda-$ARCH"
+    flock 8
+    start=$(now)
+    fill_cuda_wheelhouse
+    stage_cuda_site
+    make_rootfs
+    record "base-cuda${ASFX}_prepare_s" "$(elapsed "$start")"
+    exec 8>&-
+}
+
+cmd_prepare() {
+    [ "${1:-}" = cuda ] || die "usage: build-image.sh prepare cuda (downloads and lays out the CUDA base's parts for ARCH)"
     preflight
+    need_emulation
+    prepare_cuda
+}
+
+cmd_base() {
+    local name=${1:?base name: local, docker or cuda} out=${2:-} start hint args=() arch_opt=()
+    [ -n "$out" ] || out=$(base_sif "$name")
+    [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local, BASE=docker or BASE=cuda (containers/base-*.def)"
+    # Apptainer's debootstrap bootstrap always takes the host's architecture, and PyPI has no
+    # CPU torch for aarch64 (its 2.13 wheel is the CUDA 13 build): a foreign ARCH uses BASE=cuda.
+    if [ "$name" = local ] && [ "$ARCH" != "$HOST_ARCH" ]; then
+        die "BASE=local builds only for this host's architecture ($HOST_ARCH), not ARCH=$ARCH: make image ARCH=$ARCH BASE=cuda (torch from PyPI, the default for ARCH=arm64)"
+    fi
+    preflight
+    need_emulation
     lock_or_skip "$out" || return 0
     case $name in
         local)
@@ -283,13 +445,27 @@ cmd_base() {
             hint="could not build the local base: check http access to $MIRROR (MIRROR=... picks another Debian mirror)" ;;
         docker)
             args=(--build-arg "FROM=$DOCKER_FROM" --build-arg "FILES=$repo/containers/files")
-            hint="could not fetch docker://$DOCKER_FROM: check registry access (or apptainer registry login), or build on the local base: make image BASE=local" ;;
+            # A registry base of another architecture: the image index's ARCH entry.
+            if [ "$ARCH" != "$HOST_ARCH" ]; then arch_opt=(--arch "$ARCH"); fi
+            hint="could not fetch docker://$DOCKER_FROM for $ARCH: check registry access (or apptainer registry login) and that the tag has a linux/$ARCH image, or build on the local base: make image BASE=local" ;;
+        cuda)
+            prepare_cuda
+            args=(--build-arg "ROOTFS=$build/rootfs/bookworm-$ARCH"
+                  --build-arg "SITE=$build/stage/site-cuda-$ARCH"
+                  --build-arg "FILES=$repo/containers/files" --build-arg "DEBS=$CUDA_DEBS"
+                  --build-arg "BASE_DESC=$(base_desc cuda)"
+                  --build-arg "TORCH_VERSION=$(pin torch)"
+                  --build-arg "CUDA_VERSION=$(pin cuda-toolkit | cut -d. -f1,2)"
+                  --build-arg "NCCL_VERSION=$(pin nvidia-nccl-cu13)")
+            hint="could not build the CUDA base for $ARCH" ;;
         *) hint="could not build base '$name'" ;;
     esac
     start=$(now)
-    apptainer_build "$out" "containers/base-$name.def" "$hint" "${args[@]}"
-    record "base-${name}_build_s" "$(elapsed "$start")"
-    run_test "$tmp_out" "base-$name"
+    apptainer_build "$out" "containers/base-$name.def" "$hint" "${arch_opt[@]}" "${args[@]}"
+    record "base-${name}${ASFX}_build_s" "$(elapsed "$start")"
+    start=$(now)
+    run_test "$tmp_out" "base-$name$ASFX"
+    record "base-${name}${ASFX}_test_s" "$(elapsed "$start")"
     commit_output "$out"
 }
 
@@ -306,11 +482,13 @@ stage_launcher() {
 }
 
 cmd_image() {
-    local name=${1:?base name} out=${2:-$repo/image.sif} base start stage
+    local name=${1:?base name} out=${2:-} base start stage
+    [ -n "$out" ] || out=$repo/image$(image_tag "$name").sif
     preflight
+    need_emulation
     lock_or_skip "$out" || return 0
     base=$(base_sif "$name")
-    [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make image builds it)"
+    [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name ARCH=$ARCH (make image builds it)"
     stage=$(stage_launcher)
     stage_dir=$stage
     start=$(now)
@@ -318,10 +496,10 @@ cmd_image() {
         --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
         --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "LAUNCHER_SRC=$stage" \
         --build-arg "FILES=$repo/containers/files"
-    record image_build_s "$(elapsed "$start")"
+    record "image$(image_tag "$name" | tr - _)_build_s" "$(elapsed "$start")"
     start=$(now)
-    run_test "$tmp_out" image
-    record image_test_s "$(elapsed "$start")"
+    run_test "$tmp_out" "image$(image_tag "$name")"
+    record "image$(image_tag "$name" | tr - _)_test_s" "$(elapsed "$start")"
     commit_output "$out"
 }
 
@@ -338,7 +516,12 @@ mpi_suite() {
 }
 
 cmd_horovod() {
-    local name=${1:?base name} out=${2:-$repo/horovod.sif} base start gpu=none
+    local name=${1:?base name} out=${2:-} base start gpu=none
+    [ -n "$out" ] || out=$repo/horovod$(image_tag "$name").sif
+    # The CUDA base carries CUDA's runtime libraries from PyPI, not nvcc and NCCL's headers.
+    if [ "$name" = cuda ]; then
+        die "horovod with NCCL needs nvcc and NCCL headers, which BASE=cuda (runtime wheels) leaves out: make horovod-image BASE=local (CPU, $HOST_ARCH) or BASE=docker DOCKER_FROM=<a -devel image with linux/$ARCH>"
+    fi
     if [ "$name" = docker ]; then
         gpu=NCCL
         # Horovod's NCCL operations compile against CUDA: the -runtime images have no nvcc and no
@@ -350,9 +533,10 @@ cmd_horovod() {
         esac
     fi
     preflight
+    need_emulation
     lock_or_skip "$out" || return 0
     base=$(base_sif "$name")
-    [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name (make horovod-image builds it)"
+    [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name ARCH=$ARCH (make horovod-image builds it)"
     fill_horovod_wheelhouse
     start=$(now)
     apptainer_build "$out" containers/horovod.def "could not build $out on $base" \
@@ -371,6 +555,7 @@ cmd_horovod() {
 cmd_launchers() {
     local base=${1:-$repo/image.sif} out=${2:-$repo/launchers.sif} start
     preflight
+    need_emulation
     lock_or_skip "$out" || return 0
     [ -f "$base" ] || die "$base missing: make image first (make launchers-image builds it)"
     fill_launchers_wheelhouse
@@ -378,7 +563,7 @@ cmd_launchers() {
     apptainer_build "$out" containers/launchers.def "could not build $out on $base" \
         --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(basename "$base")" \
         --build-arg "GIT_COMMIT=$(git_commit)" \
-        --build-arg "WHEELHOUSE=$build/wheelhouse/launchers" \
+        --build-arg "WHEELHOUSE=$build/wheelhouse/launchers$ASFX" \
         --build-arg "PINS=$LAUNCHERS_REQ" --build-arg "CHECK_PINS=$repo/scripts/check-pins.py"
     record launchers_build_s "$(elapsed "$start")"
     start=$(now)
@@ -395,12 +580,16 @@ drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has
     local sqsh=$1 dir
     [ "$(unsquashfs -lls "$sqsh" | grep -c '^[cb]')" -gt 0 ] || return 0
     dir=$(mktemp -d "$(dirname "$sqsh")/.enroot-tree.XXXXXX")
-    unsquashfs -q -f -d "$dir/root" "$sqsh" >/dev/null 2>&1 || die "unsquashfs $sqsh failed"
+    stage_dir=$dir  # removed on any exit (cleanup): an unpacked CUDA image is about 5 GB
+    if ! unsquashfs -q -f -d "$dir/root" "$sqsh" >"$dir/log" 2>&1; then
+        die "unsquashfs $sqsh failed: $(grep -v '^$' "$dir/log" | tail -n 1) (df -h $(dirname "$sqsh"): the unpacked tree needs the image's uncompressed size)"
+    fi
     find "$dir/root/dev" -mindepth 1 -delete
     rm -f "$sqsh"
     mksquashfs "$dir/root" "$sqsh" -quiet -noappend -comp zstd -Xcompression-level 3 \
         >/dev/null || die "mksquashfs of $sqsh failed"
     rm -rf "$dir"
+    stage_dir=""
 }
 
 cmd_enroot() {
@@ -436,5 +625,7 @@ case ${1:-} in
     launchers) cmd_launchers "${@:2}" ;;
     enroot) cmd_enroot "${@:2}" ;;
     commit) git_commit ;;
-    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | enroot [SIF [SQSH]] | def DEF OUT | commit" ;;
+    paths) cmd_paths "${@:2}" ;;
+    prepare) cmd_prepare "${@:2}" ;;
+    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | enroot [SIF [SQSH]] | def DEF OUT | commit | paths NAME | prepare cuda" ;;
 esac

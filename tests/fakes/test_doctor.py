@@ -113,6 +113,29 @@ def test_gpus_must_be_usable_by_cuda_not_only_device_files(cuda, value, cause):
     assert (got["ok"], got["value"], got["cause"]) == (not cause, value, cause)
 
 
+@pytest.mark.parametrize("extra, value, cause", [
+    ({"driver": "565.57.01", "image_cuda": "13.0"}, "driver 565.57.01",
+     "the image's CUDA 13.0 needs driver >= 580, this node has 565.57.01: use CUDA's "
+     "forward-compatibility libraries (cuda-compat, on LD_LIBRARY_PATH; datacenter GPUs only) "
+     "or an image with CUDA 12"),
+    ({"driver": "580.65.06", "image_cuda": "13.0"}, "2", ""),
+    ({"driver": "550.54.15", "image_cuda": "12.8"}, "2", ""),
+    ({"driver": None, "image_cuda": "13.0"}, "2", ""),  # no /proc/driver/nvidia: no verdict
+    ({"nvlibs_missing": ["libnvidia-ptxjitcompiler.so.1"]}, "libnvidia-ptxjitcompiler.so.1",
+     "the host driver's library is missing in the container: Apptainer's --nv binds what "
+     "nvliblist.conf lists and the host's ldconfig cache finds (on aarch64 nodes often not "
+     "all): bind the host's copy (ldconfig -p | grep NAME) and put its directory on "
+     "LD_LIBRARY_PATH, as JUPITER users do with /opt/nvidia/lib"),
+])
+def test_gpus_name_an_old_driver_and_a_missing_driver_library(extra, value, cause):
+    """CUDA 13 (torch 2.13's wheels) needs driver >= 580; cuInit still works on an older one
+    (it is the driver's own library), so the doctor compares the versions itself."""
+    facts = {"cvd": "0,1", "devs": ["/dev/nvidia0", "/dev/nvidia1"],
+             "cuda": {"rc": 0, "count": 2}, **extra}
+    got = local.gpu_cell(facts, _conf(gpus=2))
+    assert (got["ok"], got["value"], got["cause"]) == (not cause, value, cause)
+
+
 def test_inside_probe_reports_cuda_for_real():
     """The probe itself, run here: this machine has no NVIDIA driver, so libcuda does not load
     and the probe says so (the positive path ran on a real GPU: docs/development/gpu-check.md)."""
@@ -123,6 +146,12 @@ def test_inside_probe_reports_cuda_for_real():
         assert facts["cuda"].get("rc") == 0, facts
     else:
         assert "libcuda.so.1" in facts["cuda"]["error"], facts
+        assert facts["driver"] is None and facts["nvlibs_missing"] == [
+            "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"], facts
+    # torch's own record of its CUDA, read without importing it (None for a CPU build)
+    import torch
+    assert facts["image_cuda"] == torch.version.cuda or (torch.version.cuda is None
+                                                         and facts["image_cuda"] is None)
 
 
 RUN_PY = str(kit.installed() / "node" / "run.py")

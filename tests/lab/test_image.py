@@ -88,6 +88,10 @@ def test_labels_are_present_and_true(image: Path) -> None:
     wheel = os.environ.get("TORCH_WHEEL", "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
     assert get("base") == f"debootstrap:bookworm+{Path(wheel).name}"
     assert "VERSION_CODENAME=bookworm" in in_image("cat", "/etc/os-release").splitlines()
+    # the architecture, as check --image reads it without running the image (issue 29)
+    assert get("arch") == in_image("dpkg", "--print-architecture")
+    from launcher.image_arch import image_arch, normalize_arch
+    assert image_arch(str(image)).arch == normalize_arch(get("arch")) == normalize_arch(os.uname().machine)
 
 
 def test_environment_is_in_etc_environment(image: Path) -> None:

@@ -41,8 +41,8 @@ def script_args(command: str) -> set[str]:
 
 
 def test_there_are_definitions() -> None:
-    assert {d.name for d in DEFS} == {"base-local.def", "base-docker.def", "pytorch.def", "horovod.def",
-                                      "launchers.def"}
+    assert {d.name for d in DEFS} == {"base-local.def", "base-docker.def", "base-cuda.def",
+                                      "pytorch.def", "horovod.def", "launchers.def"}
 
 
 @pytest.mark.parametrize("definition", DEFS, ids=lambda d: d.name)
@@ -57,8 +57,9 @@ def test_every_used_argument_has_a_default_and_every_default_is_used(definition:
 def test_script_passes_only_arguments_the_definition_uses(definition: str, command: str) -> None:
     passed = script_args(command)
     declared = declared_args((REPO / "containers" / definition).read_text())
-    if command == "base":  # cmd_base serves both bases; the docker one takes FROM
-        declared |= declared_args((REPO / "containers" / "base-docker.def").read_text())
+    if command == "base":  # cmd_base serves every base; the docker one takes FROM, the cuda one more
+        for other in ("base-docker.def", "base-cuda.def"):
+            declared |= declared_args((REPO / "containers" / other).read_text())
     assert passed and passed <= declared
 
 

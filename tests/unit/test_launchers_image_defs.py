@@ -59,12 +59,12 @@ def test_labels_and_test_name_every_launcher() -> None:
 
 def test_make_target_depends_on_image_and_pins() -> None:
     make = (REPO / "Makefile").read_text()
-    rule = re.search(r"^launchers\.sif: (.*)\n\t(.*)$", make, re.M)
-    assert rule, "Makefile: no launchers.sif rule"
-    assert rule.group(1).split() == ["image.sif", "containers/launchers.def",
+    rule = re.search(r"^\$\(LAUNCHERS_SIF\): (.*)\n\t(.*)$", make, re.M)
+    assert rule, "Makefile: no $(LAUNCHERS_SIF) rule"
+    assert rule.group(1).split() == ["$(IMAGE_SIF)", "containers/launchers.def",
                                      "requirements/launchers.txt", "scripts/check-pins.py"]
-    assert rule.group(2) == "$(BUILD_IMAGE) launchers"
-    assert re.search(r"^launchers-image: launchers\.sif$", make, re.M)
+    assert rule.group(2) == "$(BUILD_IMAGE) launchers$(call TAG_ARGS,$(IMAGE_SIF) $(LAUNCHERS_SIF))"
+    assert re.search(r"^launchers-image: \$\(LAUNCHERS_SIF\)$", make, re.M)
     assert "launchers-image" in re.search(r"^\.PHONY: (.*)$", make, re.M).group(1).split()
 
 

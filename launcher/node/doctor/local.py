@@ -18,10 +18,21 @@ try:
 except Exception:
     out["torch"] = None
 try:  # the kit's images record the torch they were built with (Apptainer's labels)
-    out["label_torch"] = json.load(open("/.singularity.d/labels.json")).get(
-        "org.torchrun-jsc.torch-version")
+    labels = json.load(open("/.singularity.d/labels.json"))
 except Exception:
-    out["label_torch"] = None
+    labels = {}
+out["label_torch"] = labels.get("org.torchrun-jsc.torch-version")
+try:  # the CUDA the image's torch was built for, without importing torch (seconds)
+    import importlib.util, re
+    spec = importlib.util.find_spec("torch")
+    text = open(os.path.join(os.path.dirname(spec.origin), "version.py")).read()
+    out["image_cuda"] = re.search(r"^cuda\b[^=\n]*=\s*'([^']+)'", text, re.M).group(1)
+except Exception:
+    out["image_cuda"] = labels.get("org.torchrun-jsc.cuda-version")
+try:  # the host's kernel module ("Kernel Module  565.57.01"), through the shared /proc
+    out["driver"] = open("/proc/driver/nvidia/version").read().split("Kernel Module")[1].split()[0]
+except Exception:
+    out["driver"] = None
 out["cvd"] = os.environ.get("CUDA_VISIBLE_DEVICES")
 out["devs"] = sorted(glob.glob("/dev/nvidia[0-9]*"))
 try:  # what NCCL's IB transport needs: the device files and rdma-core's verbs library
@@ -41,6 +52,12 @@ try:  # CUDA usable, not only device files: the driver's library loads and sees 
     out["cuda"] = {"rc": rc or cuda.cuDeviceGetCount(ctypes.byref(count)), "count": count.value}
 except (OSError, AttributeError) as exc:
     out["cuda"] = {"error": str(exc)[:200] or "libcuda.so.1 does not load"}
+out["nvlibs_missing"] = []  # the host driver's other libraries that CUDA and NCCL open
+for name in ("libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"):
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        out["nvlibs_missing"].append(name)
 out["providers"] = sorted({os.path.basename(p)[3:].split("-rdmav")[0] for d in (
     "/usr/lib/*/libibverbs", "/usr/lib64/libibverbs", "/usr/lib/libibverbs",
     "/usr/local/lib/libibverbs", "/opt/conda/lib/libibverbs") for p in glob.glob(
@@ -159,7 +176,38 @@ def gpu_cell(f, conf):
     if cuda and cuda.get("count", 0) < want:
         return cell(False, "CUDA sees %d" % cuda["count"], "CUDA sees fewer GPUs than the %d "
                     "requested" % want)
+    old = driver_too_old(f.get("driver"), f.get("image_cuda"))
+    if old:
+        return cell(False, "driver %s" % f["driver"], old)
+    if f.get("nvlibs_missing"):
+        return cell(False, ", ".join(f["nvlibs_missing"]), "the host driver's library is missing "
+                    "in the container: Apptainer's --nv binds what nvliblist.conf lists and the "
+                    "host's ldconfig cache finds (on aarch64 nodes often not all): bind the "
+                    "host's copy (ldconfig -p | grep NAME) and put its directory on "
+                    "LD_LIBRARY_PATH, as JUPITER users do with /opt/nvidia/lib")
     return cell(True, "%d" % want)
+
+
+# The oldest Linux driver (kernel module major) each CUDA major release runs on (CUDA's
+# release notes, minor version compatibility); newer CUDA on an older driver needs the
+# forward-compatibility libraries.
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+
+
+def driver_too_old(driver, image_cuda):
+    """One line when the node's driver is older than the image's CUDA needs, else ''."""
+    try:
+        major, cuda_major = int(driver.split(".")[0]), int(image_cuda.split(".")[0])
+    except (AttributeError, ValueError):
+        return ""
+    need = MIN_DRIVER.get(cuda_major)
+    if need is None or major >= need:
+        return ""
+    older = max(c for c in MIN_DRIVER if MIN_DRIVER[c] <= major) if major >= 450 else None
+    image = "an image with CUDA %d" % older if older else "an image with an older CUDA"
+    return ("the image's CUDA %s needs driver >= %d, this node has %s: use CUDA's forward-"
+            "compatibility libraries (cuda-compat, on LD_LIBRARY_PATH; datacenter GPUs only) "
+            "or %s" % (image_cuda, need, driver, image))
 
 
 # cuda.h's CUresult values a container's cuInit/cuDeviceGetCount typically returns

@@ -66,6 +66,12 @@ def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> Non
         from . import compat
 
         compat.install(d.local_addr, d.is_host)
+    if getattr(args, "numa_binding", None):  # GH200's memory-only NUMA nodes (numa.py)
+        from torch.numa import binding
+
+        from . import numa
+
+        numa.install(binding)
     torch_run.run(apply(args, d))
 
 
