@@ -6,7 +6,7 @@ HBM, the rest empty. A GPU's PCI device can name its HBM node, which has no CPUs
 local_cpulist; torch's --numa-binding then finds no CPUs to bind to ("Must bind to a non-empty
 set of CPU indices") and numactl rejects the node. The kit maps such a node to the nearest node
 with CPUs by the kernel's distance table: the device rule's placement check (launcher/gpu.py)
-and torchrun_jsc's patch of torch's binding (launcher/torchrun_jsc/numa.py), the latter also
+and torchrun_jsc's patch of torch's binding (launcher/task/torchrun_jsc/numa.py), the latter also
 run through torch's own binding code where torch is importable.
 """
 
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from launcher import gpu
-from launcher.torchrun_jsc import numa
+from launcher.task.torchrun_jsc import numa
 
 CORES, SOCKETS, NODES = 72, 4, 36
 HBM = {i: 4 + 8 * i for i in range(4)}  # GPU i's memory-only NUMA node
@@ -165,8 +165,8 @@ def test_torchrun_jsc_installs_the_patch_with_numa_binding_only(monkeypatch, bin
     import argparse
 
     pytest.importorskip("torch.numa.binding")
-    from launcher import torchrun_jsc
-    from launcher.torchrun_jsc.decide import Decision
+    from launcher.task import torchrun_jsc
+    from launcher.task.torchrun_jsc.decide import Decision
 
     calls, ran = [], []
     monkeypatch.setattr(numa, "install", lambda binding: calls.append(binding.__name__))

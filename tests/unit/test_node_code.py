@@ -228,9 +228,11 @@ def test_each_command_of_run_py_is_a_function_of_its_own_folder(folder):
 @pytest.mark.parametrize("path", TASK_FILES)
 def test_task_code_imports_nothing_of_the_composer(path):
     """Python >= 3.8 (the images' floor), and of the kit only launcher.task.*, launcher.node.*,
-    launcher.slurm and the root (torch, ray and the standard library otherwise)."""
+    launcher.slurm, launcher.gpu (the device rule, stdlib) and the root (torch, ray and the
+    standard library otherwise)."""
     for name in kit_imports(path, (3, 8)):
-        assert (name in NODE_MAY_IMPORT or name.split(".")[:2] in (["launcher", "task"],
+        assert (name in NODE_MAY_IMPORT | {"launcher.gpu"} or
+                name.split(".")[:2] in (["launcher", "task"],
                                                                    ["launcher", "node"])), \
             f"{path}: imports {name}, composer code"
 
