@@ -42,12 +42,15 @@ HOROVOD_VERSION=0.28.1
 die() { echo "build-image: $*" >&2; exit 1; }
 
 # Debian architecture names; the kernel's (uname -m) are accepted too.
+# Neither dpkg nor uname on PATH (a stripped environment): amd64, the build's own default.
 host_arch() {
+    local machine
     dpkg --print-architecture 2>/dev/null && return 0
-    case $(uname -m) in
+    machine=$(uname -m 2>/dev/null) || machine=x86_64
+    case $machine in
         x86_64) echo amd64 ;;
         aarch64) echo arm64 ;;
-        *) uname -m ;;
+        *) echo "$machine" ;;
     esac
 }
 HOST_ARCH=$(host_arch)
