@@ -36,10 +36,14 @@ def render_before(name: str, mode: str) -> str:
     """The jobscript BEFORE's composer renders from the spec render() wrote for ``name``."""
     spec = OUT / f"{name}.yaml"
     job = OUT / f"{name}_before.job"
-    env = {"PYTHONPATH": str(before_tree()), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-m", "launcher", "render",
+    # That commit's launcher first on sys.path (not -m: the current directory, this checkout,
+    # would come first), run from the repository root as `make jobs` runs.
+    run = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+           "runpy.run_module('launcher', run_name='__main__', alter_sys=True)")
+    subprocess.run([sys.executable, "-c", run, str(before_tree()), "render",
                     str(spec.relative_to(ROOT)), "-o", str(job.relative_to(ROOT))],
-                   cwd=ROOT, env=env, check=True, capture_output=True)
+                   cwd=ROOT, check=True, capture_output=True)
+    assert "stacks_hook_py=" in job.read_text(), f"{job}: not {BEFORE}'s jobscript"
     return str(job.relative_to(ROOT))
 
 
