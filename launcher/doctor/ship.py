@@ -13,6 +13,7 @@ from typing import List, Literal
 
 from launcher import kit
 from launcher.model import JobSpec
+from launcher.modes.common import KIT_PROGRAMS
 from launcher.runtimes import ContainerRuntime, node_srun
 from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
 from launcher.task.torchrun_jsc.decide import MIN_TORCH_TEXT
@@ -25,10 +26,13 @@ def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
     rt, launch = spec.runtime, spec.launch
     # launch.command is empty for a mode without a per-node launcher (srun, horovod).
     launcher = launch.command[0] if launch.command else None
+    # The kit's own programs (torchrun_jsc, the Ray agent) come from the kit, not the image:
+    # inside, only their Python and torch are looked for.
+    kit_program = launcher in KIT_PROGRAMS
     return {
         "runtime": rt.kind, "image": rt.image, "binds": [b.source for b in rt.binds],
         "gpus": spec.job.gpus_per_node, "fake_gpus": fake_gpus,
-        "launcher": launcher, "program": spec.program[0],
+        "launcher": None if kit_program else launcher, "program": spec.program[0],
         "min_torch": MIN_TORCH_TEXT if launcher and "torchrun" in launcher.rsplit("/", 1)[-1]
         else None,
         "timeout": 5.0, "start_timeout": 10.0, "deadline": 12.0, "max_skew": 2.0,

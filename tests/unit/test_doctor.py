@@ -107,7 +107,8 @@ def test_doctor_script_ends_after_the_step():
 def test_config_from_spec():
     conf = node_config(spec_of(SPEC))
     assert conf["binds"] == ["/data"] and conf["image"] == "image.sif"
-    assert conf["launcher"] == "torchrun_jsc" and conf["min_torch"] == "1.9"
+    # torchrun_jsc comes from the kit (launcher/task): not looked for in the image, its torch is
+    assert conf["launcher"] is None and conf["min_torch"] == "1.9"
     srun = node_config(spec_of(SPEC.replace("rdzv_port: 29400", "mode: srun, rdzv_port: 1")))
     assert srun["launcher"] is None and srun["min_torch"] is None
 
