@@ -33,7 +33,6 @@ import posixpath
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from launcher.node import stacks
 from launcher.model import JobSpec
 
 from launcher import kit

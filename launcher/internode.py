@@ -87,4 +87,4 @@ def preview_endpoint(site: Site, first: str, port: int, job_id: int,
         "--system NAME previews one system)"]
 
 
-__all__ = ["PICK_FUNCTION", "SUFFIX", "preview_endpoint", "suffix_lines", "suffix_token"]
+__all__ = ["SUFFIX", "preview_endpoint", "suffix_lines", "suffix_token"]

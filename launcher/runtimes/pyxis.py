@@ -18,7 +18,7 @@ from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, PWD, REGISTRY_SLASH, SCHEME, \
     SQUASHFS, ContainerRuntime, bind_parts, cache_lines, gpu_lines, gpus_requested, \
     local_squashfs, requeue_names, stamped_name, stem
-from launcher.shell import Assign, Raw, Statement, Token, Var, anchored, expansion_parts, \
+from launcher.shell import Raw, Statement, Token, Var, anchored, expansion_parts, \
     literal_or_word, word
 
 # What pyxis must not let the container's environment (an image ENV, Enroot's hooks such as

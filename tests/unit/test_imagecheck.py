@@ -4,7 +4,6 @@ real shell text, run here by sh against fake python3/torch/launcher commands on 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
