@@ -23,7 +23,8 @@ def test_check_image_runs_the_image(tmp_path):
     assert built.returncode == 0, f"make image failed:\n{built.stdout}\n{built.stderr}"
     done = check("jobs/ddp_container.yaml")
     assert done.returncode == 0, done.stderr
-    assert "image: python3 3.11, torch 2.13.0+cpu)" in done.stdout, done.stdout
+    assert "image: python3 3.11, torch 2.13.0+cpu, arch x86_64 (label))" in done.stdout, \
+        done.stdout
     base = (REPO / "jobs/ddp_container.yaml").read_text().replace("image.sif",
                                                                    "build/base-local.sif")
     (tmp_path / "base.yaml").write_text(base)
