@@ -217,7 +217,7 @@ def _kit_dir(args: argparse.Namespace) -> str:
     if not (path / "node" / "job.sh").is_file():
         raise SpecError("--kit", "DIR", "not the kit's package directory (no node/job.sh in "
                         "it): name the launcher/ directory of a torchrun-jsc-kit install", given)
-    problem = kit.local_problem(path, kit.mountinfo())
+    problem = kit.local_problem(path, kit.mounts())
     if problem and args.command in ("check", "submit", "render", "doctor"):
         print(f"warning: {problem}", file=sys.stderr)
     return kit.for_render(Path.cwd(), path)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import posixpath
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from launcher import __version__
+from launcher.node.doctor.local import fs_type
 from launcher.shell import Raw, Statement, Token, Var, quote, word
 
 KIT = Var("kit")
@@ -88,39 +89,32 @@ def lines(kit: str, version: str = __version__) -> List[Statement]:
             Raw(f'source "$kit/node/job.sh" {quote(version)} || exit 1')]
 
 
-def local_problem(kit: Path, mounts: Sequence[str]) -> Optional[str]:
-    """Why the compute nodes cannot see ``kit`` (a node-local filesystem), or None where
-    nothing here says so. ``mounts``: /proc/self/mountinfo's lines."""
+def local_problem(kit: Path, mounts: str) -> Optional[str]:
+    """Why the compute nodes cannot see ``kit`` (a node-local filesystem or directory), or
+    None where nothing here says so. ``mounts``: /proc/self/mounts' text (the doctor's
+    fs_type reads it, the one parser of it)."""
     path = kit.resolve().as_posix()
-    best, fstype = "", ""
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, fstype = point, right.split()[0]
+    fstype = fs_type(path, mounts)
     local_dir = next((d for d in NODE_LOCAL_DIRS if path == d or path.startswith(d + "/")),
                      None)
-    if fstype in NODE_LOCAL_FS or local_dir:
-        where = f"{fstype} at {best}" if fstype in NODE_LOCAL_FS else local_dir
-        return (f"the kit at {path} is on this node only ({where}): the compute nodes cannot "
-                "run its node-side code; install torchrun-jsc-kit on storage every node sees "
-                "(e.g. pip install --target $PROJECT/... or a venv in $PROJECT) and render "
-                "again, or pass --kit DIR with a copy there")
-    return None
+    if fstype not in NODE_LOCAL_FS and not local_dir:
+        return None
+    where = fstype if fstype in NODE_LOCAL_FS else local_dir
+    return (f"the kit at {path} is on this node only ({where}): the compute nodes cannot "
+            "run its node-side code; install torchrun-jsc-kit on storage every node sees "
+            "(e.g. pip install --target $PROJECT/... or a venv in $PROJECT) and render "
+            "again, or pass --kit DIR with a copy there")
 
 
-def mountinfo() -> List[str]:
+def mounts() -> str:
+    """This machine's /proc/self/mounts ('' where it cannot be read)."""
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            return f.read().splitlines()
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            return f.read()
     except OSError:
-        return []
+        return ""
 
 
 __all__ = ["DEFAULT", "KIT", "LOG_ENV", "file", "for_render", "installed", "lines",
-           "local_problem", "mountinfo", "node_python", "path_token", "task_python",
+           "local_problem", "mounts", "node_python", "path_token", "task_python",
            "task_script"]

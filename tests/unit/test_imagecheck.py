@@ -59,3 +59,18 @@ def test_probe_text_reports_what_is_on_path(tmp_path):
     done = subprocess.run(["/bin/sh", *argv[1:]], capture_output=True, text=True,
                           env=env_no_python, timeout=30, check=True)
     assert done.stdout.splitlines()[0] == "python3 none", done.stdout
+
+
+def test_a_kit_on_a_node_local_filesystem_is_named(tmp_path):
+    """launcher.kit.local_problem: tmpfs (by the doctor's one /proc/self/mounts parser) or a
+    node-local directory is one reason; shared storage is none."""
+    from launcher import kit
+
+    mounts = ("/dev/vda / ext4 rw 0 0\ntmpfs /dev/shm tmpfs rw 0 0\n"
+              "gpfs /p/project gpfs rw 0 0\ntmpfs /p/project/scratch\\040x tmpfs rw 0 0\n")
+    assert kit.local_problem(Path("/p/project/me/kit/launcher"), mounts) is None
+    on_tmpfs = kit.local_problem(Path("/p/project/scratch x/launcher"), mounts)
+    assert on_tmpfs is not None and on_tmpfs.startswith(
+        "the kit at /p/project/scratch x/launcher is on this node only (tmpfs): ")
+    in_tmp = kit.local_problem(Path("/tmp/kit/launcher"), mounts)
+    assert in_tmp is not None and "is on this node only (/tmp): " in in_tmp
