@@ -1,7 +1,9 @@
 """The first node's inter-node name, the rendezvous host: first node + the site's suffix,
-fixed (``site.hostname_suffix``; ``generic``: none) or chosen on the first node when the job
-starts, by the profile's rule (model.SuffixRule; ``site: jsc``: the suffix listed for
-``$SYSTEMNAME``, else the first candidate whose name resolves there).
+fixed (``site.hostname_suffix``) or chosen on the first node when the job starts, by the
+profile's rule (model.SuffixRule; ``site: jsc``: the suffix listed for ``$SYSTEMNAME``, else
+the first candidate whose name resolves there), or, where the site gives no name
+(model.FastInterface; ``generic``), the first node's fast interface's address where its name
+resolves to another network (launcher/node/net/fast.py).
 
 Where it sits: spec (model.Site) -> **internode** -> jobscript (rendezvous_lines, batch
 scope), modes (deepspeed's hostfile, Ray's --suffix) and preview, which all take the suffix
@@ -14,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Tuple
 
-from launcher.model import Site, SuffixRule
-from launcher.shell import Raw, Statement, Token, Var, quote
+from launcher.model import FastInterface, Site, SuffixRule
+from launcher.shell import Assign, Raw, Statement, Token, Var, quote, word
 
 SUFFIX = Var("host_suffix")  # batch scope: the suffix the rule picked
 _SYSTEM = re.compile(r"[A-Za-z0-9_.-]+\Z")
@@ -28,9 +30,23 @@ _SYSTEM = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
 def suffix_token(site: Site) -> Token:
-    """What follows the node name in an inter-node name: the fixed suffix, or $host_suffix
-    (set by suffix_lines at batch scope)."""
-    return SUFFIX if isinstance(site.hostname_suffix, SuffixRule) else site.hostname_suffix
+    """What follows the node name in an inter-node name: the fixed suffix, $host_suffix (set
+    by suffix_lines at batch scope), or none (FastInterface: the nodes keep their names)."""
+    rule = site.hostname_suffix
+    if isinstance(rule, FastInterface):
+        return ""
+    return SUFFIX if isinstance(rule, SuffixRule) else rule
+
+
+def host_lines(site: Site) -> List[Statement]:
+    """Batch scope, after $first_node: set $rdzv_host, the first node's inter-node name."""
+    if isinstance(site.hostname_suffix, FastInterface):
+        args = " " + quote(site.socket_ifname) if site.socket_ifname else ""
+        return [Raw(f"# Site profile {site.profile}: the first node's name, or its fast "
+                    "interface's address where the name is on another network."),
+                Raw(f'jsc_endpoint "$first_node"{args}')]
+    return [*suffix_lines(site),
+            Assign("rdzv_host", word(Var("first_node"), suffix_token(site)))]
 
 
 def _words(rule: SuffixRule) -> Tuple[List[Tuple[str, str]], str]:
@@ -66,6 +82,16 @@ def preview_endpoint(site: Site, first: str, port: int, job_id: int,
     """(the rendezvous host for the node lines, or None where only the job can tell; the
     preview's endpoint lines). ``system``: the SYSTEMNAME to show (None: every system's)."""
     rule = site.hostname_suffix
+    if isinstance(rule, FastInterface):
+        fast = f"site.socket_ifname {site.socket_ifname}" if site.socket_ifname else \
+            "InfiniBand (IPoIB) or Slingshot hsn*"
+        return None, [
+            f"# rendezvous endpoint ${{rdzv_host}}:{port}, rdzv_id {job_id}: chosen on the "
+            f"first node when the job starts (site profile {site.profile}):",
+            f"#   {first}:{port} where {first} resolves to an address on its fast interface "
+            f"({fast}) or it has none;",
+            "#   else that interface's address (the job says which in one line; "
+            "site.hostname_suffix fixes the name)"]
     if not isinstance(rule, SuffixRule):
         host = first + rule
         return host, [f"# rendezvous endpoint {host}:{port} (first node + site suffix "
@@ -87,4 +113,4 @@ def preview_endpoint(site: Site, first: str, port: int, job_id: int,
         "--system NAME previews one system)"]
 
 
-__all__ = ["SUFFIX", "preview_endpoint", "suffix_lines", "suffix_token"]
+__all__ = ["SUFFIX", "host_lines", "preview_endpoint", "suffix_lines", "suffix_token"]

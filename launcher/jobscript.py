@@ -17,12 +17,12 @@ from launcher.placement import cpu_lines, exclusive_default
 from launcher.modes import Plan, mode_for, plan_launch
 from launcher import hangs_script, kit, requeue_script
 from launcher.doctor.ship import doctor_lines
-from launcher.internode import suffix_lines, suffix_token
+from launcher.internode import host_lines
 from launcher.runtimes import ContainerRuntime
 from launcher.slurm import rdzv_port_lines
 from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
     expansion_names, join, render_statement, require_vars, sbatch_quote, word
-from launcher.model import JobSpec, SuffixRule
+from launcher.model import FastInterface, JobSpec, SuffixRule
 from launcher.venvjob import MODULES_FILE, check_lines
 
 
@@ -74,6 +74,8 @@ def site_lines(spec: JobSpec) -> List[Statement]:
     site = spec.site
     if isinstance(site.hostname_suffix, SuffixRule):
         suffix = ", nodes reach each other by their system's inter-node names (below)"
+    elif isinstance(site.hostname_suffix, FastInterface):
+        suffix = ", the rendezvous on the first node's fast interface (below)"
     else:
         suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
             if site.hostname_suffix else ""
@@ -150,8 +152,7 @@ def rendezvous_lines(spec: JobSpec) -> List[Statement]:
     return [
         Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
         Raw("jsc_first_node || exit 1"),
-        *suffix_lines(spec.site),
-        Assign("rdzv_host", word(Var("first_node"), suffix_token(spec.site))),
+        *host_lines(spec.site),
     ] + [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
                                  rdzv_port_lines("rdzv_port", "rdzv_host"))]
 

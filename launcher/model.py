@@ -98,10 +98,19 @@ class SuffixRule:
 
 
 @dataclass(frozen=True)
+class FastInterface:
+    """No inter-node name given: the first node finds its fast interface when the job starts
+    (launcher/node/net/fast.py) and the rendezvous names that interface's address where the
+    node's name resolves to another one (a management network), else the name. The other
+    nodes keep their names (suffix "")."""
+
+
+@dataclass(frozen=True)
 class Site:
     profile: str
-    # node name + this = its inter-node name: a fixed suffix, or the profile's run-time rule
-    hostname_suffix: Union[str, SuffixRule] = ""
+    # node name + this = its inter-node name: a fixed suffix, the profile's run-time rule, or
+    # the first node's fast interface (FastInterface: site generic without hostname_suffix)
+    hostname_suffix: Union[str, SuffixRule, FastInterface] = ""
     socket_ifname: Optional[str] = None
     modules: Tuple[str, ...] = ()
     venv: Optional[str] = None
@@ -218,6 +227,8 @@ SITE_PROFILES = {
     "jsc": Site("jsc", hostname_suffix=JSC_SUFFIXES, env=JSC_ENV_DEFAULTS,
                 env_defaults=tuple(n for n, _ in JSC_ENV_DEFAULTS), module_purge=True,
                 mpi_plugin="pspmix"),
-    "generic": Site("generic"),
+    # No site facts: the first node's fast interface (InfiniBand, Slingshot hsn*, or the one
+    # site.socket_ifname names) where its name resolves to another network.
+    "generic": Site("generic", hostname_suffix=FastInterface()),
 }
 

@@ -77,6 +77,15 @@ jsc_pick_host_suffix() {  # NODE SUFFIX...
     return 1
 }
 
+# rdzv_host on a site that names no inter-node name (site generic): NODE (this node, the
+# first), or its fast interface's address where NODE resolves to another network
+# (launcher/node/net/fast.py: InfiniBand, Slingshot hsn*, or those IFNAME names); the choice
+# and why in one line. Never fails: where the rule cannot run, the name.
+jsc_endpoint() {  # NODE [IFNAME]
+    rdzv_host=$(python3 -I "$kit/node/run.py" endpoint "$@") || rdzv_host=""
+    if [ -z "$rdzv_host" ]; then rdzv_host=$1; fi
+}
+
 # rdzv_port: BASE + job id % SPAN (launcher/slurm.py), or, when something on the first node
 # (this one) already listens there (another job, ids SPAN apart), the next free one up,
 # wrapping inside the span (a connection that succeeds: something listens there).

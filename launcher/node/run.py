@@ -11,6 +11,8 @@ value is the exit status):
 
 - ``net-env [--mpi] HOST``: the export lines that pick the socket interface towards HOST
   (launcher.node.net.probe ``task_env_main``), eval'ed by the task scripts.
+- ``endpoint NODE [IFNAME]``: the rendezvous host on a site without a profile: NODE, or its
+  fast interface's address where NODE resolves to another (launcher.node.net.fast).
 - ``stacks node|report|watch ...``: the stack collector, its report, the progress watcher
   (launcher.node.stacks).
 - ``doctor node|table|json ...``: the doctor's per-node checks and report.
@@ -25,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KIT = os.path.dirname(HERE)  # the kit's package directory, launcher/
 COMMANDS = {
     "net-env": ("launcher.node.net.probe", "task_env_main"),
+    "endpoint": ("launcher.node.net.fast", "endpoint_main"),
     "stacks": ("launcher.node.stacks", "main"),
     "doctor": ("launcher.node.doctor.report", "main"),
 }

@@ -13,7 +13,7 @@ import pytest
 from launcher.cli import main
 from launcher.internode import SUFFIX, preview_endpoint, suffix_lines, suffix_token
 from launcher.jobscript import render_jobscript
-from launcher.model import JSC_SUFFIXES, SITE_PROFILES, Site, SuffixRule
+from launcher.model import JSC_SUFFIXES, SITE_PROFILES, FastInterface, Site, SuffixRule
 from launcher.preview import render_preview
 from launcher.shell import render_statement
 from tests.unit.test_spec_traps import error, parse
@@ -30,7 +30,7 @@ def test_the_table_names_every_jsc_system_and_tries_i_first():
     assert JSC_SUFFIXES.groups == ((("juwels", "juwelsbooster", "jurecadc", "jusuf"), "i"),
                                    (("jupiter", "jedi"), IC))
     assert SITE_PROFILES["jsc"].hostname_suffix is JSC_SUFFIXES
-    assert SITE_PROFILES["generic"].hostname_suffix == ""
+    assert SITE_PROFILES["generic"].hostname_suffix == FastInterface()
 
 
 def test_jsc_renders_the_rule_at_batch_scope():
@@ -53,7 +53,7 @@ def test_jsc_renders_the_rule_at_batch_scope():
 @pytest.mark.parametrize("site, line", [
     ("{profile: jsc, hostname_suffix: -ib}", 'rdzv_host="${first_node}-ib"'),
     ("{profile: jsc, hostname_suffix: ''}", 'rdzv_host="${first_node}"'),
-    ("generic", 'rdzv_host="${first_node}"'),
+    ("{profile: generic, hostname_suffix: ''}", 'rdzv_host="${first_node}"'),
     ("{profile: generic, hostname_suffix: i}", 'rdzv_host="${first_node}i"'),
 ])
 def test_a_fixed_suffix_replaces_the_rule(site, line):

@@ -91,7 +91,7 @@ def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
 
 
 @pytest.mark.parametrize("site,addr", [("site: jsc", 'rdzv_host="${first_node}${host_suffix}"'),
-                                       ("site: generic", 'rdzv_host="${first_node}"')])
+                                       ("site: generic", 'jsc_endpoint "$first_node"')])
 def test_master_is_the_first_nodes_inter_node_name(site, addr):
     setup = submitit_plan(spec(site=site), FOLDER).setup
     assert addr in setup
