@@ -221,3 +221,45 @@ def test_waiting_on_slurm_backs_off(monkeypatch):
     assert 80 <= len(polls) <= 100, len(polls)
     assert calls[-1] == ["scancel", "42"]
     assert list(itertools.islice(run.poll_delays(), 8)) == [0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 10.0, 10.0]
+
+
+def _sysfs(root: Path, devices) -> str:
+    for name, kind in devices.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "type").write_text(f"{kind}\n")
+        (root / name / "operstate").write_text("up\n")
+    return str(root)
+
+
+def test_iface_names_the_kind_and_warns_of_a_fast_one_beside_it(tmp_path, monkeypatch):
+    """The interface towards the rendezvous address (this machine's real route to one of its
+    own addresses), its kind from a faked /sys/class/net, and the warning where an IPoIB
+    interface with an address sits beside a slower one that would carry the traffic."""
+    real = node.interface_addresses()
+    addr, name = next((a, n) for a, n in sorted(real.items()) if n != "lo" and ":" not in a)
+    monkeypatch.setattr(node, "interface_addresses", lambda: {**real, "10.13.0.5": "ib9"})
+    got = node.iface(addr, {}, _sysfs(tmp_path / "a", {name: 1, "ib9": 32}))
+    assert got["ok"] is True and got["value"] == name
+    assert got["warn"] == (f"{name} reaches {addr}, while ib9 (InfiniBand, 10.13.0.5) is on this "
+                           "node: the rendezvous and the sockets would use the slower network; "
+                           "name the fast one (site.hostname_suffix, or site generic's rule)")
+    fast = node.iface(addr, {}, _sysfs(tmp_path / "b", {name: 32, "ib9": 32}))
+    assert fast == node.cell(True, f"{name} (InfiniBand)")
+    chosen = node.iface(addr, {"GLOO_SOCKET_IFNAME": name},
+                        _sysfs(tmp_path / "c", {name: 1, "ib9": 32}))
+    assert chosen == node.cell(True, name)  # the user named it: no warning
+
+
+def test_table_says_which_network_and_the_warning():
+    reps = [_rep("n1", 0, "10.0.0.1"), _rep("n2", 1, "10.0.0.1")]
+    reps[0]["checks"]["iface"] = node.cell(True, "ib0 (InfiniBand)")
+    reps[1]["checks"]["iface"] = dict(node.cell(True, "eth0"), warn="eth0 reaches 10.0.0.1, ...")
+    lines = report.render_table(report.collect(
+        [node.MARK + json.dumps(r) for r in reps], ["n1", "n2"])).splitlines()
+    assert lines[4:] == ["network: n1i -> 10.0.0.1 -> ib0 (InfiniBand) on 1 node (n1)",
+                         "network: n1i -> 10.0.0.1 -> eth0 on 1 node (n2)",
+                         "n2 iface: warning: eth0 reaches 10.0.0.1, ...",
+                         "doctor: all checks passed"]
+    data = json.loads(report.render_json(reps))
+    assert data["ok"] is True and data["warnings"] == [
+        {"node": "n2", "check": "iface", "text": "eth0 reaches 10.0.0.1, ..."}]

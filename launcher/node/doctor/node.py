@@ -19,6 +19,7 @@ import time
 
 from launcher.node.doctor.local import binds, cell, image, inside, rdma_host, space
 from launcher.node.net.addresses import address_family, candidates
+from launcher.node.net.fast import SYS_NET, fast_nics, kind, nics
 from launcher.node.net.probe import interface_addresses, source_address
 
 MARK = "torchrun-jsc-doctor-report "
@@ -178,10 +179,12 @@ def _answer(s, t0, where, skew_max):
     return cell(True, "%.0f ms" % ((t1 - t0) * 1000), where), clock
 
 
-def iface(addr, env):
+def iface(addr, env, sys_net=SYS_NET):
     """The user's GLOO/NCCL_SOCKET_IFNAME exist here, and the interface torchrun_jsc and the
     task scripts would pick towards ``addr`` (the address the name check chose by the same
-    rule; None: the name does not resolve), by launcher/node/net/probe.py."""
+    rule; None: the name does not resolve), by launcher/node/net/probe.py, with its kind
+    (InfiniBand, Slingshot: launcher/node/net/fast.py); a warning where that interface is not
+    fast while a fast one exists on this node (the management network would carry it)."""
     names = {n for _, n in socket.if_nameindex()}
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         value = env.get(var, "")
@@ -195,10 +198,22 @@ def iface(addr, env):
     if addr is None:
         return cell(None, "", "the name does not resolve")
     src = source_address(addr, 0)
-    name = interface_addresses().get(src) if src else None
+    local = interface_addresses()
+    name = local.get(src) if src else None
     if not name:
         return cell(False, addr, "no interface reaches %s" % addr)
-    return cell(True, env.get("GLOO_SOCKET_IFNAME") or name)
+    chosen = env.get("GLOO_SOCKET_IFNAME") or name
+    here = nics(local, sys_net)
+    what = next((kind(n) for n in here if n.name == chosen), None)
+    out = cell(True, chosen + (" (%s)" % what if what else ""))
+    fast = [] if what or env.get("GLOO_SOCKET_IFNAME") else fast_nics(here)
+    if fast:
+        out["warn"] = ("%s reaches %s, while %s (%s, %s) is on this node: the rendezvous and "
+                       "the sockets would use the slower network; name the fast one "
+                       "(site.hostname_suffix, or site generic's rule)" % (
+                           chosen, addr, fast[0].name, kind(fast[0]),
+                           ", ".join(fast[0].addresses)))
+    return out
 
 
 def first_cell(first, addr, found, mine):

@@ -57,6 +57,27 @@ def failures(reports):
             if r["checks"].get(c, {}).get("ok") is False]
 
 
+def warnings(reports):
+    """(node, check, text) of the passed checks that carry a warning."""
+    return [(r["node"], c, r["checks"][c]["warn"]) for r in reports for c in COLUMNS
+            if r["checks"].get(c, {}).get("warn")]
+
+
+def networks(reports, host):
+    """Which network each node would use, grouped: 'HOST -> ADDRESS -> INTERFACE' lines."""
+    groups = {}
+    for r in reports:
+        nic = r["checks"].get("iface", {})
+        if nic.get("ok") and r.get("address"):
+            groups.setdefault((r["address"], nic["value"]), []).append(r["node"])
+    out = []
+    for (addr, nic), nodes in groups.items():
+        shown = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+        out.append("network: %s -> %s -> %s on %d node%s (%s)" % (
+            host, addr, nic, len(nodes), "s" if len(nodes) != 1 else "", shown))
+    return out
+
+
 def _short(c):
     if c["ok"] is None:
         return "-"
@@ -76,6 +97,9 @@ def render_table(reports, step=None):
     lines = ["doctor: %d node%s, rendezvous %s, checks took %.1f s" % (
         len(reports), "s" if len(reports) != 1 else "", ends[0] if ends else "?", took)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    host = ends[0].rsplit(":", 1)[0] if ends else "?"
+    lines += networks(reports, host)
+    lines += ["%s %s: warning: %s" % w for w in warnings(reports)]
     bad = failures(reports)
     for node, col, c in bad:
         lines.append("%s %s: %s%s" % (node, col, c["value"], ": " + c["cause"] if c["cause"]
@@ -93,6 +117,8 @@ def render_json(reports):
     return json.dumps({"rendezvous": ends[0] if ends else None, "ok": not failures(reports),
                        "failures": [{"node": n, "check": c, "value": x["value"],
                                      "cause": x["cause"]} for n, c, x in failures(reports)],
+                       "warnings": [{"node": n, "check": c, "text": t}
+                                    for n, c, t in warnings(reports)],
                        "nodes": reports}, sort_keys=True) + "\n"
 
 
