@@ -114,7 +114,7 @@ def site_lines(spec: JobSpec) -> List[Statement]:
     return out + values
 
 
-_PLAIN_DEFAULT = re.compile(r"[A-Za-z0-9._,:/+@%-]*\Z")
+_PLAIN_DEFAULT = re.compile(r"[A-Za-z0-9._,:/+@%^-]*\Z")
 
 
 def _default_line(name: str, value: str) -> Raw:

@@ -223,6 +223,33 @@ JUPITER_INTERCONNECT = "-interconnect-1.jupiter.internal"
 JSC_SUFFIXES = SuffixRule((("juwels", "i"), ("juwelsbooster", "i"), ("jurecadc", "i"),
                            ("jusuf", "i"), ("jupiter", JUPITER_INTERCONNECT),
                            ("jedi", JUPITER_INTERCONNECT)))
+# HPE Cray EX with Slingshot (LUMI, Alps, Perlmutter, Isambard-AI, Olivia): nodes `nidNNNNNN`
+# with four NICs hsn0-hsn3; the nid name may resolve to every hsn address or to the
+# management network (`-nmn`): the generic fast-interface rule, which counts hsn* as fast
+# (Cray-HPE/docs-csm#4513). Defaults, exported where the job's environment has no value:
+# - NCCL_SOCKET_IFNAME=hsn: NCCL's sockets over every NIC (NCCL's prefix form), as LUMI's
+#   workshop scripts ("to workaround RCCL failing to auto-detect the correct interface") and
+#   HPE's list (hsn0,hsn1,hsn2,hsn3) set it; gloo keeps the one interface that reaches the
+#   rendezvous (the task scripts' rule).
+# - libfabric/CXI and NCCL settings HPE recommends for NCCL over Slingshot
+#   (HewlettPackard/shs-ccl-docs ccl_env.sh, as Sigma2's Olivia documentation lists them in
+#   May 2026): FI_MR_CACHE_MONITOR=userfaultfd, FI_CXI_DISABLE_HOST_REGISTER=1,
+#   FI_CXI_DEFAULT_CQ_SIZE=131072, FI_CXI_DEFAULT_TX_SIZE=2048, FI_CXI_RDZV_PROTO=alt_read,
+#   FI_CXI_RDZV_EAGER_SIZE/THRESHOLD/GET_MIN=0, FI_CXI_RX_MATCH_MODE=hybrid, NCCL_CROSS_NIC=1,
+#   NCCL_NET_GDR_LEVEL=PHB; and NCCL_PROTO=^LL128 (CSCS's NCCL settings; LL128 over
+#   GPUDirect corrupts data, NVIDIA/nccl#2001).
+# - TORCHRUN_JSC_OFI_NCCL=1: each task (launcher/task/hook.sh, in its container) exports
+#   NCCL_NET="AWS Libfabric" where the image has the libfabric plugin (libnccl-net*.so), so a
+#   plugin that fails to load fails loudly instead of falling back to TCP; without it, node 0
+#   says in one line that NCCL between nodes runs over TCP sockets.
+CRAY_EX_ENV_DEFAULTS = (
+    ("FI_CXI_DEFAULT_CQ_SIZE", "131072"), ("FI_CXI_DEFAULT_TX_SIZE", "2048"),
+    ("FI_CXI_DISABLE_HOST_REGISTER", "1"), ("FI_CXI_RDZV_EAGER_SIZE", "0"),
+    ("FI_CXI_RDZV_GET_MIN", "0"), ("FI_CXI_RDZV_PROTO", "alt_read"),
+    ("FI_CXI_RDZV_THRESHOLD", "0"), ("FI_CXI_RX_MATCH_MODE", "hybrid"),
+    ("FI_MR_CACHE_MONITOR", "userfaultfd"), ("NCCL_CROSS_NIC", "1"),
+    ("NCCL_NET_GDR_LEVEL", "PHB"), ("NCCL_PROTO", "^LL128"), ("NCCL_SOCKET_IFNAME", "hsn"),
+    ("TORCHRUN_JSC_OFI_NCCL", "1"))
 SITE_PROFILES = {
     "jsc": Site("jsc", hostname_suffix=JSC_SUFFIXES, env=JSC_ENV_DEFAULTS,
                 env_defaults=tuple(n for n, _ in JSC_ENV_DEFAULTS), module_purge=True,
@@ -230,5 +257,7 @@ SITE_PROFILES = {
     # No site facts: the first node's fast interface (InfiniBand, Slingshot hsn*, or the one
     # site.socket_ifname names) where its name resolves to another network.
     "generic": Site("generic", hostname_suffix=FastInterface()),
+    "cray-ex": Site("cray-ex", hostname_suffix=FastInterface(), env=CRAY_EX_ENV_DEFAULTS,
+                    env_defaults=tuple(n for n, _ in CRAY_EX_ENV_DEFAULTS)),
 }
 

@@ -125,7 +125,7 @@ def test_full_spec_round_trip():
      "x.yaml: job.node_output: the directory part cannot hold %-patterns (the script creates "
      "it before Slurm expands them), got 'logs/%j/n%n.out'"),
     ("job: {nodes: 1}\nprogram: [x]\nsite: cern",
-     "x.yaml: site.profile: must be one of generic, jsc, got 'cern'"),
+     "x.yaml: site.profile: must be one of cray-ex, generic, jsc, got 'cern'"),
     ("job: {nodes: 1}\nprogram: [x]\nsite: {profile: jsc, hostname_suffix: 'i; rm'}",
      "x.yaml: site.hostname_suffix: must be letters, digits, '.' or '-', got 'i; rm'"),
     ("job: {nodes: 1}\nprogram: [x]\nenv: {set: {1BAD: x}}",
