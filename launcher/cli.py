@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 from launcher import __version__, imagecheck, kit
 from launcher.node.doctor.report import failures, render_json, render_table
 from launcher.doctor.run import run_here, submit_and_wait
-from launcher.image_arch import ImageArchError, image_arch, mismatch_line, normalize_arch
+from launcher.node.image_arch import ImageArchError, image_arch, mismatch_line, normalize_arch
 from launcher.jobscript import render_jobscript
 from launcher.placement import placement_warnings
 from launcher.preview import render_preview

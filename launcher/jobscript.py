@@ -201,9 +201,8 @@ def _node_logs_line(pattern: str) -> List[Statement]:
                       "%n": "N"}.get(code, code))
     if "%n" not in pattern:
         return [Raw(join(["echo", "per-node logs:", word(*parts)]))]
-    return [Raw("last_node=$((nnodes - 1))"),
-            Raw(join(["echo", "per-node logs:", word(*parts),
-                      word("(N = node index 0..", Var("last_node"), ")")]))]
+    return [Raw(join(["echo", "per-node logs:", word(*parts)]) +
+                ' \\\n    "(N = node index 0..$((nnodes - 1)))"')]
 
 
 def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = False,

@@ -22,7 +22,7 @@ from launcher.spec_requeue import load_requeue
 from launcher.spec_runtime import load_runtime
 from launcher.spec_site import check_site_env, load_site
 from launcher.spec_values import expandable
-from launcher.image_arch import ARCHES, normalize_arch
+from launcher.node.image_arch import ARCHES, normalize_arch
 from launcher.yamlread import Reader, load_yaml
 
 _TOP = ("job", "site", "env", "runtime", "launch", "program")

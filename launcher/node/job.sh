@@ -121,6 +121,15 @@ jsc_bindable() {  # RUNTIME PATTERN WHAT PATH...
     done
 }
 
+# Stop the job where IMAGE (a SIF or squashfs file) is for another CPU architecture than this
+# node's (launcher/node/image_arch.py; status 3): one line naming both, not an exec format
+# error deep in a log. An image this cannot read, or no python3 here, stops nothing.
+jsc_image_arch() {  # IMAGE
+    local rc=0
+    if [ -f "$1" ]; then python3 -I "$kit/node/run.py" image-arch "$1" || rc=$?; fi
+    [ "$rc" -ne 3 ]
+}
+
 # Caches (Enroot, pyxis): the container's root is read-only and $HOME is not mounted, so
 # Triton (torch.compile), Hugging Face, torch hub and pip write to a node-local per-user
 # directory unless set (docs/guide/runtimes.md: Caches).

@@ -13,6 +13,8 @@ value is the exit status):
   (launcher.node.net.probe ``task_env_main``), eval'ed by the task scripts.
 - ``endpoint NODE [IFNAME]``: the rendezvous host on a site without a profile: NODE, or its
   fast interface's address where NODE resolves to another (launcher.node.net.fast).
+- ``image-arch IMAGE``: status 3 and one line where IMAGE is for another CPU architecture than
+  this node's (launcher.node.image_arch).
 - ``stacks node|report|watch ...``: the stack collector, its report, the progress watcher
   (launcher.node.stacks).
 - ``doctor node|table|json ...``: the doctor's per-node checks and report.
@@ -28,6 +30,7 @@ KIT = os.path.dirname(HERE)  # the kit's package directory, launcher/
 COMMANDS = {
     "net-env": ("launcher.node.net.probe", "task_env_main"),
     "endpoint": ("launcher.node.net.fast", "endpoint_main"),
+    "image-arch": ("launcher.node.image_arch", "main"),
     "stacks": ("launcher.node.stacks", "main"),
     "doctor": ("launcher.node.doctor.report", "main"),
 }

@@ -43,7 +43,7 @@ class Apptainer(ContainerRuntime):
 
     def batch_lines(self) -> List[Statement]:
         cache = self.config.cache_dir
-        out = self.cwd_guard()
+        out = self.cwd_guard() + self.image_guard(self.config.image)
         return out + ([] if cache is None else
                       [Assign("APPTAINER_CACHEDIR", expansion(cache), export=True)])
 

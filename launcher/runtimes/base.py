@@ -150,6 +150,13 @@ class ContainerRuntime:
         return [Raw(join(["jsc_bindable", self.kind, self.bind_rule.glob(),
                           self.bind_rule.what(), *paths]))]
 
+    def image_guard(self, image: Optional[str]) -> List[Statement]:
+        """Stop the job on its first node where the image file is for another CPU
+        architecture than the node's (launcher/node/image_arch.py): one line naming both."""
+        if image is None:
+            return []
+        return [Raw(join(["jsc_image_arch", expansion(image)]) + " || exit 1")]
+
     def srun_flags(self) -> List[Token]:
         """Extra flags for every srun that starts tasks of the program."""
         return []

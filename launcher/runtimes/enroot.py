@@ -39,7 +39,7 @@ class Enroot(ContainerRuntime):
         return None
 
     def batch_lines(self) -> List[Statement]:
-        out: List[Statement] = self.cwd_guard()
+        out: List[Statement] = self.cwd_guard() + self.image_guard(self.config.image)
         if self.config.data_path:  # else Enroot's own config decides (the site's enroot.conf)
             path, lines = enroot_scripts.data_path_word(self.config.data_path)
             out += [Raw(line) for line in lines]

@@ -60,8 +60,8 @@ class Pyxis(ContainerRuntime):
         return None
 
     def batch_lines(self) -> List[Statement]:
-        out = self.cwd_guard()
         local = local_squashfs(self.config.image)
+        out = self.cwd_guard() + self.image_guard(local)
         if local is not None:  # a registry image's name cannot carry a stamp
             out += stamped_name(self.config.container_name, local)
         # pyxis hands the step's environment to Enroot's hooks: the GPUs Slurm gave the job on

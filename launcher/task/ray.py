@@ -134,21 +134,30 @@ def allocation(env: Mapping[str, str]) -> Tuple[int, int]:
 
 
 def own_address(name: str, head: Endpoint, family: str) -> Tuple[str, str]:
-    """(address, interface) of this node's inter-node name; it must be one of ours. A name
-    that is not (site generic: the plain hostname) falls back to the address the kernel
-    uses towards the head, as Ray itself would pick."""
+    """(address, interface) this node gives Ray: its inter-node name's address where that is
+    one of ours on the interface that reaches the head; otherwise the address the kernel uses
+    towards the head, as Ray itself would pick (site generic: the plain hostname, which may
+    sit on a management network while the rendezvous names the first node's fast
+    interface, launcher/node/net/fast.py)."""
     local = netinfo.interface_addresses()
     try:
         mine = [a for a in candidates(name, netinfo.resolve(Endpoint(name, head.port)), family)
                 if a in local]
     except LaunchError:
         mine = []
-    if mine:
+    route = None
+    try:
+        for target in candidates(head.host, netinfo.resolve(head), family):
+            src = netinfo.source_address(target, head.port)
+            if src is not None and src in local:
+                route = src
+                break
+    except LaunchError:
+        pass
+    if mine and (route is None or local[mine[0]] == local[route]):
         return mine[0], local[mine[0]]
-    for target in candidates(head.host, netinfo.resolve(head), family):
-        src = netinfo.source_address(target, head.port)
-        if src is not None and src in local:
-            return src, local[src]
+    if route is not None:
+        return route, local[route]
     raise LaunchError(f"no address of this node reaches the Ray head {head}")
 
 

@@ -95,7 +95,7 @@ def test_a_name_that_does_not_resolve_is_one_line(tmp_path, system, tried):
 @pytest.mark.parametrize("site, expected", [
     ("{profile: jsc, hostname_suffix: -ib}", f"{JPBO}-ib"),
     ("{profile: jsc, hostname_suffix: ''}", JPBO),
-    ("generic", JPBO),
+    ("{profile: generic, hostname_suffix: -hs}", f"{JPBO}-hs"),
 ])
 def test_a_fixed_suffix_wins_without_a_lookup(tmp_path, site, expected):
     """Nothing resolves and SYSTEMNAME says jupiter: a fixed suffix is used as written."""

@@ -463,6 +463,13 @@ def net_rule(argv: List[str]) -> int:
     return probe.task_env_main(argv[3:])
 
 
+def is_kit_check(argv: List[str]) -> bool:
+    """The batch script's own node-side steps that only decide or check (launcher/node/job.sh
+    jsc_endpoint, jsc_image_arch): `python3 -I KIT/node/run.py endpoint|image-arch ...`."""
+    return len(argv) > 2 and argv[0] == "-I" and argv[1].endswith("/node/run.py") \
+        and argv[2] in ("endpoint", "image-arch")
+
+
 def kit_program(argv: List[str]) -> bool:
     """`python3 KIT/task/run.py COMMAND ARGS`: the kit's torchrun_jsc or Ray agent."""
     return len(argv) > 1 and argv[0].endswith("/task/run.py")
@@ -472,6 +479,9 @@ def recorder(prog: str, argv: List[str]) -> int:
     """torchrun_jsc/torchrun/python3: record, then (torchrun) run the program once."""
     if prog == "python3" and is_net_rule(argv):
         return net_rule(argv)
+    if prog == "python3" and is_kit_check(argv):  # the kit's real code, recorded apart
+        _record("python3-kit", argv[2:], {"run": argv[1]})
+        return subprocess.run([sys.executable, *argv], check=False).returncode
     extra: Dict[str, object] = {}
     if prog == "python3" and kit_program(argv):  # recorded as the command it runs
         prog, argv, extra = argv[1], argv[2:], {"run": argv[0]}  # "run": KIT/task/run.py

@@ -140,3 +140,25 @@ def test_a_kit_the_nodes_cannot_see_is_one_line(cluster, shared_tmp):
     assert lines == [f"jsc-compose: no kit at {shared_tmp}/no-kit on jwb0001: install "
                      "torchrun-jsc-kit where every node sees it (e.g. in $PROJECT) and render "
                      "again"], res.output
+
+
+def test_an_image_for_another_architecture_is_refused_at_start(cluster, shared_tmp):
+    """Issue 29: an image built for the other CPU architecture (a real SIF whose root
+    partition says so, apptainer sif new/add) stops the job on its first node before any
+    step, in one line naming both architectures, not an exec format error deep in a log."""
+    from launcher.node.image_arch import normalize_arch
+    from tests.unit.test_image_arch_read import sif
+
+    here = normalize_arch(os.uname().machine)
+    other = "aarch64" if here == "x86_64" else "x86_64"
+    image = sif(shared_tmp, other, name="other-arch")
+    job = render(shared_tmp, f"runtime:\n  kind: apptainer\n  image: {image}", "srun")
+    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "arch-%j.out")], timeout=120,
+                          cwd=str(REPO))
+    assert res.state == "FAILED", res.output
+    lines = [line for line in res.output.splitlines()
+             if line.strip() and not line.startswith("==> ")]
+    assert lines == [f"{image}: image is {other} (SIF partition), node jwb0001 is {here}: it "
+                     "would not run natively (exec format error, or very slow emulation where "
+                     f"qemu is registered); build it for {here}: make image ARCH="
+                     f"{'amd64' if here == 'x86_64' else 'arm64'}"], res.output

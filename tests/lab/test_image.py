@@ -90,7 +90,7 @@ def test_labels_are_present_and_true(image: Path) -> None:
     assert "VERSION_CODENAME=bookworm" in in_image("cat", "/etc/os-release").splitlines()
     # the architecture, as check --image reads it without running the image (issue 29)
     assert get("arch") == in_image("dpkg", "--print-architecture")
-    from launcher.image_arch import image_arch, normalize_arch
+    from launcher.node.image_arch import image_arch, normalize_arch
     assert image_arch(str(image)).arch == normalize_arch(get("arch")) == normalize_arch(os.uname().machine)
 
 

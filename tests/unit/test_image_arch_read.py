@@ -1,4 +1,4 @@
-"""Ring 1: an image's architecture, read without running it (launcher/image_arch.py), and
+"""Ring 1: an image's architecture, read without running it (launcher/node/image_arch.py), and
 `jsc-compose check --image` naming it: real SIF files (apptainer sif new/add) and real
 squashfs images (mksquashfs), whose binaries are ELF headers of the machine under test.
 Also the node-side refusal the jobscript calls before a launch (node_arch_mismatch) and the
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import _check_image, main
-from launcher.image_arch import ImageArch, ImageArchError, elf_arch, image_arch, \
+from launcher.node.image_arch import ImageArch, ImageArchError, elf_arch, image_arch, \
     node_arch_mismatch, normalize_arch
 
 MACHINES = {"x86_64": 0x3E, "aarch64": 0xB7}
@@ -171,3 +171,44 @@ def test_job_arch_is_validated_in_one_line(tmp_path, capsys, value, hint) -> Non
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "job.arch: the partition's CPU architecture: aarch64" in err
     assert hint in err and f"got '{value}'" in err
+
+
+def test_the_jobscript_stops_on_its_first_node_for_another_architecture(tmp_path) -> None:
+    """Ring 2: every container runtime's batch lines call the kit's jsc_image_arch with the
+    image; run in bash on this machine, it stops (status 1, one line naming both
+    architectures) for an image of the other architecture, and passes this machine's own,
+    an unreadable file and an image that is not a file (a registry name)."""
+    import os
+    import subprocess
+
+    from launcher import kit
+    from launcher.jobscript import render_jobscript
+    from tests.unit.test_spec_traps import parse
+
+    for kind, image in (("apptainer", "x.sif"), ("enroot", "x.sqsh"), ("pyxis", "x.sqsh")):
+        text = render_jobscript(parse(f"job: {{nodes: 1}}\nruntime: {{kind: {kind}, image: "
+                                      f"{image}}}\nprogram: [p]\n"))
+        assert f'jsc_image_arch "${{PWD}}/{image}" || exit 1' in text.splitlines() or \
+            f"jsc_image_arch {image} || exit 1" in text.splitlines(), (kind, text)
+    here = normalize_arch(os.uname().machine)
+    other = "aarch64" if here == "x86_64" else "x86_64"
+    package = kit.installed()
+    version = (package / "__init__.py").read_text().split('__version__ = "')[1].split('"')[0]
+    script = 'kit="$1"; source "$kit/node/job.sh" "$2" || exit 9; jsc_image_arch "$3" || exit 1'
+
+    def run(image: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", script, "x", str(package), version, image],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    foreign = run(str(sif(tmp_path, other, name="foreign b")))
+    assert foreign.returncode == 1
+    assert foreign.stderr.splitlines() == [
+        f"{tmp_path}/foreign b.sif: image is {other} (SIF partition), node {os.uname().nodename} "
+        f"is {here}: it would not run natively (exec format error, or very slow emulation where "
+        f"qemu is registered); build it for {here}: make image ARCH="
+        f"{'amd64' if here == 'x86_64' else 'arm64'}"], foreign.stderr
+    for ok in (str(sif(tmp_path, here, name="own")), str(tmp_path), "docker://x/y"):
+        done = run(ok)
+        assert (done.returncode, done.stderr) == (0, ""), (ok, done.stderr)
+    (tmp_path / "junk.sif").write_text("not an image")
+    assert run(str(tmp_path / "junk.sif")).returncode == 0

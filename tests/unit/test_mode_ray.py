@@ -211,3 +211,24 @@ def test_ray_train_sum_sizes_the_trainer_from_the_cluster():
     assert shape([node(cpus=3), node(cpus=1)], None) == (4, 0)
     assert shape([node(gpus=4), node(gpus=4)], 4) == (8, 4)
     assert shape([node(gpus=4), node()], 1) == (2, 0)
+
+
+def test_own_address_follows_the_route_to_the_head_off_the_management_network(monkeypatch):
+    """Site generic on a JUPITER-like node: the plain name resolves to the management
+    address (eth0) while the rendezvous (the Ray head) is the first node's IPoIB address: the
+    agent gives Ray the address that reaches the head; where the name's address is on that
+    interface (jsc's names), the name's."""
+    from launcher.task import ray as agent
+    from launcher.task.torchrun_jsc.decide import Endpoint
+
+    local = {"10.128.0.6": "eth0", "10.13.0.6": "ib0"}
+    names = {"jpbo-001-02": ("10.128.0.6",), "jpbo-001-02i": ("10.13.0.6",),
+             "10.13.0.5": ("10.13.0.5",)}
+    monkeypatch.setattr(agent.netinfo, "interface_addresses", lambda: dict(local))
+    monkeypatch.setattr(agent.netinfo, "resolve", lambda ep: names[ep.host])
+    monkeypatch.setattr(agent.netinfo, "source_address", lambda addr, port: "10.13.0.6")
+    head = Endpoint("10.13.0.5", 6379)
+    assert agent.own_address("jpbo-001-02", head, "auto") == ("10.13.0.6", "ib0")
+    assert agent.own_address("jpbo-001-02i", head, "auto") == ("10.13.0.6", "ib0")
+    monkeypatch.setattr(agent.netinfo, "source_address", lambda addr, port: None)
+    assert agent.own_address("jpbo-001-02", head, "auto") == ("10.128.0.6", "eth0")

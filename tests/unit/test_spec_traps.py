@@ -179,8 +179,7 @@ def test_node_log_line_expands_job_name_and_id():
     text = render_jobscript(parse("job: {nodes: 1, node_output: 'l/%x.%j.%%.%t.n%n'}\n"
                                   "program: [x]"))
     assert ('echo \'per-node logs:\' "l/${SLURM_JOB_NAME}.${SLURM_JOB_ID}.%.%t.nN" \\\n'
-            '    "(N = node index 0..${last_node})"') in text
-    assert "last_node=$((nnodes - 1))" in text
+            '    "(N = node index 0..$((nnodes - 1)))"') in text
     plain = render_jobscript(parse("job: {nodes: 1, node_output: 'all-%j.out'}\nprogram: [x]"))
     assert 'echo \'per-node logs:\' "all-${SLURM_JOB_ID}.out"\n' in plain
 

@@ -1,7 +1,8 @@
 """Which CPU architecture an image is for, read without running it (standard library only).
 
-Where it sits: ``jsc-compose check --image`` (login node) and, for the jobscript, the node-side
-refusal ``node_arch_mismatch`` (image architecture != this node's). Running an aarch64 image on
+Where it sits: ``jsc-compose check --image`` (login node) and the jobscript's node-side refusal
+before the launch (``python3 -I "$kit/node/run.py" image-arch IMAGE``, launcher/node/job.sh
+``jsc_image_arch``: ``node_arch_mismatch``, the image's architecture != this node's). Running an aarch64 image on
 an x86_64 node ends in "exec format error" deep in a log (or, with qemu registered, in a very
 slow emulated job); building on an x86_64 workstation for JUPITER's aarch64 Booster is the
 common way to get there.
@@ -15,14 +16,12 @@ Sources, most specific first:
   the kit's SIFs, else the ELF header of a binary in it (``unsquashfs -cat``; squashfs-tools).
 """
 
-from __future__ import annotations
-
 import json
 import os
 import struct
 import subprocess
-from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+import sys
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 LABEL = "org.torchrun-jsc.arch"
 ARCHES = ("x86_64", "aarch64")
@@ -47,8 +46,7 @@ class ImageArchError(Exception):
     """The image cannot be read; the message is one line naming the image."""
 
 
-@dataclass(frozen=True)
-class ImageArch:
+class ImageArch(NamedTuple):
     arch: str    # normalized: x86_64, aarch64 (or another uname -m name)
     source: str  # where it was read: "label", "SIF partition", "ELF /usr/bin/env"
 
@@ -107,7 +105,8 @@ def _labels_of(blob: bytes) -> Dict[str, str]:
 
 def _unsquashfs_cat(path: str, member: str) -> Optional[bytes]:
     try:
-        r = subprocess.run(["unsquashfs", "-cat", path, member], capture_output=True, timeout=60)
+        r = subprocess.run(["unsquashfs", "-cat", path, member], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=60)
     except FileNotFoundError:
         raise ImageArchError(f"{path}: reading a squashfs needs unsquashfs (Debian: "
                              "squashfs-tools)") from None
@@ -181,3 +180,13 @@ def node_arch_mismatch(image: str, machine: Optional[str] = None) -> Optional[st
     if arch.arch == here:
         return None
     return mismatch_line(image, arch, here, f"node {os.uname().nodename}")
+
+
+def main(argv: Sequence[str]) -> int:
+    """``IMAGE``: exit 3 with the one line where IMAGE is for another architecture than this
+    node's; 0 otherwise (also where it cannot be read: the runtime says why)."""
+    line = node_arch_mismatch(argv[0]) if argv else None
+    if line:
+        sys.stderr.write(line + "\n")
+        return 3
+    return 0
