@@ -34,7 +34,7 @@ timeout=${ENROOT_PYXIS_TIMEOUT:-20}
 local_dir=${ENROOT_PYXIS_LOCAL:-}
 root=/
 
-die() { echo "enroot-pyxis: $*" >&2; exit "${2:-1}"; }
+die() { echo "enroot-pyxis: $1" >&2; exit "${2:-1}"; }
 
 while [ "$#" -gt 0 ]; do
     case $1 in
@@ -83,17 +83,18 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log=$work/log
 rc=0
-fetch --timeout "$timeout" "$work/dl" "enroot:$arch" "enroot+caps:$arch" "pyxis:src" >"$work/files" || rc=$?
+fetch --timeout "$timeout" "$work/dl" "enroot:$arch" "enroot+caps:$arch" "pyxis:src" \
+    >"$work/files" 2>"$work/why" || rc=$?
+why=$(sed 's/^fetch-pinned: //' "$work/why")
 case $rc in
     0) ;;
-    3|4)
-        why=$(if [ "$rc" = 3 ]; then echo "upstream unreachable"; else echo "no verified checksum for Enroot's packages"; fi)
+    3|4)  # the pinned releases cannot be used: the local folder, else one line
         if [ -n "$local_dir" ] && [ -f "$local_dir/install.sh" ]; then
             install_local "$local_dir" "$why"
             exit 0
         fi
-        die "Enroot and pyxis not installed: $why (above) and no local folder${local_dir:+ at $local_dir}; get them from github.com/NVIDIA/enroot and github.com/NVIDIA/pyxis releases (pin their sha256 in ${pins#"$here/"}) or set ENROOT_PYXIS_TOOLS=DIR to a folder of builds with install.sh" 3 ;;
-    *) exit "$rc" ;;  # fetch-pinned said why in one line; nothing was installed
+        die "Enroot and pyxis not installed: $why; no local folder${local_dir:+ at $local_dir} either: get them from the github.com/NVIDIA/enroot and github.com/NVIDIA/pyxis releases (pin their sha256 in ${pins#"$here/"}) or set ENROOT_PYXIS_TOOLS=DIR to a folder of builds with install.sh" 3 ;;
+    *) echo "enroot-pyxis: $why" >&2; exit "$rc" ;;  # mismatch or HTTP error: nothing installed
 esac
 mapfile -t files <"$work/files"
 enroot_deb=${files[0]} caps_deb=${files[1]} pyxis_tgz=${files[2]}

@@ -212,7 +212,8 @@ def test_a_checksum_mismatch_installs_nothing(served, which):
     p = run_install(write_pins(served, **{which: bad}), served["root"], inc=served["inc"])
     assert p.returncode == 1, p.stdout + p.stderr
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "mismatch" in lines[0] and "nothing installed" in lines[0], p.stderr
+    assert len(lines) == 1 and lines[0].startswith("enroot-pyxis: ") and "mismatch" in lines[0]
+    assert "nothing installed" in lines[0], p.stderr
     assert files_under(served["root"]) == []
 
 
@@ -247,14 +248,15 @@ def test_offline_falls_back_to_the_local_folder_else_says_what_is_missing(served
     (local / "install.sh").write_text("#!/bin/bash\necho ran >\"$0.ran\"\n")
     p = run_install(write_pins(served), served["root"], inc=served["inc"], local=local)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert f"upstream unreachable: using the local folder {local}" in p.stdout
-    assert "unreachable" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert p.stdout.startswith("enroot-pyxis: enroot 4.1.2") and "unreachable (" in p.stdout
+    assert f": using the local folder {local}\n" in p.stdout and p.stderr == ""
     assert files_under(served["root"]) == []
     missing = run_install(write_pins(served), served["root"], inc=served["inc"],
                           local=tmp_path / "absent")
-    assert missing.returncode == 3
-    last = missing.stderr.strip().splitlines()[-1]
-    assert "not installed" in last and "ENROOT_PYXIS_TOOLS=DIR" in last and "github.com/NVIDIA" in last
+    assert missing.returncode == 3 and len(missing.stderr.strip().splitlines()) == 1
+    line = missing.stderr.strip()
+    assert "not installed" in line and "unreachable (" in line and "no local folder" in line
+    assert "ENROOT_PYXIS_TOOLS=DIR" in line and "github.com/NVIDIA" in line
 
 
 def test_an_unpinned_artifact_is_never_downloaded(served, tmp_path):
@@ -264,8 +266,8 @@ def test_an_unpinned_artifact_is_never_downloaded(served, tmp_path):
     p = run_install(write_pins(served, enroot="none"), served["root"], inc=served["inc"],
                     local=local)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "no verified checksum pinned" in p.stderr and "not downloading it unchecked" in p.stderr
-    assert "using the local folder" in p.stdout
+    assert "no verified checksum pinned" in p.stdout and "not downloading it unchecked" in p.stdout
+    assert "using the local folder" in p.stdout and p.stderr == ""
     # The server saw no request: the hash check comes before any download.
     served["server"].stop()
     assert "GET" not in served["server"].log.read_text()
