@@ -2,14 +2,18 @@
 # Real Enroot and pyxis for the local cluster (the lab only; the kit itself never needs this).
 # Idempotent; root only. Called by `make setup` (so by `make test` and `make demo`).
 #
-# Neither is packaged for Debian or on PyPI: the lab keeps unmodified upstream builds in
-# ../shared/tools/enroot-pyxis beside the checkout. Without that folder this says so in one
-# line and changes nothing; the Enroot ring-3 tests then fail saying what is missing.
+# Neither is packaged for Debian or on PyPI. scripts/enroot-pyxis-install.sh installs the
+# releases pinned in scripts/enroot-pyxis.pins (verified, pyxis built against the installed
+# Slurm's headers) and uses a local folder of builds only when told to (ENROOT_PYXIS_TOOLS=DIR)
+# or when the pinned releases cannot be used (upstream unreachable, or no verified checksum):
+# then ../shared/tools/enroot-pyxis beside the checkout. With neither, it says so in one line
+# and this changes nothing; the Enroot ring-3 tests then fail saying what is missing.
 #
 # What it changes:
-#   - ../shared/tools/enroot-pyxis/install.sh: /usr/bin/enroot*, /usr/lib/enroot, /etc/enroot,
-#     the pyxis plugin and /etc/slurm/plugstack.conf.d/pyxis.conf (slurmd and srun load it at
-#     start: restart the cluster if it was up: cluster.sh down && cluster.sh up);
+#   - scripts/enroot-pyxis-install.sh (its header lists what it changes) or the local folder's
+#     install.sh: /usr/bin/enroot*, /usr/lib/enroot, /etc/enroot, the pyxis plugin in
+#     /usr/local/lib/slurm and /etc/slurm/plugstack.conf.d/pyxis.conf (slurmd and srun load it
+#     at start: a running lab is restarted below when pyxis is new);
 #   - /etc/enroot/enroot.conf.d/90-torchrun-jsc-lab.conf: every node's Enroot paths under its
 #     own /tmp, per user, as a site's enroot.conf sets them. pyxis removes ENROOT_DATA_PATH &
 #     co. from the job's environment before it runs enroot, and the enroot runtime exports
@@ -24,18 +28,20 @@
 #     was given GPUs. The stand-in says which devices the hook asked for and maps nothing.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-tools=${ENROOT_PYXIS_TOOLS:-$here/../shared/tools/enroot-pyxis}
 conf=/etc/enroot/enroot.conf.d/90-torchrun-jsc-lab.conf
 stub=/usr/local/bin/nvidia-container-cli
 
-if [ ! -x "$tools/install.sh" ]; then
-    echo "enroot-setup: no $tools/install.sh (the lab's Enroot/pyxis builds): Enroot and pyxis not installed"
-    exit 0
-fi
 [ "$(id -u)" = 0 ] || { echo "enroot-setup: must run as root" >&2; exit 1; }
 had_pyxis=0
 [ -f /usr/local/lib/slurm/spank_pyxis.so ] && had_pyxis=1
-bash "$tools/install.sh"
+rc=0
+ENROOT_PYXIS_LOCAL=${ENROOT_PYXIS_LOCAL:-$here/../shared/tools/enroot-pyxis} \
+    bash "$here/scripts/enroot-pyxis-install.sh" || rc=$?
+case $rc in
+    0) ;;
+    3) exit 0 ;;  # neither the pinned releases nor a local folder: said in one line, nothing changed
+    *) exit "$rc" ;;
+esac
 
 mkdir -p "$(dirname "$conf")"
 cat >"$conf.tmp" <<'CONF'
@@ -53,6 +59,7 @@ mv -f "$conf.tmp" "$conf"
 # node's single slurmd has a plain path and takes the hook unchanged).
 pmi_hook=/usr/share/enroot/hooks.d/50-slurm-pmi.sh
 if [ -f "$pmi_hook" ]; then
+    # shellcheck disable=SC2016  # the ${...} is the hook's own shell text, inserted as written
     sed 's|^\(\s*\)if \[ -z "${slurm_spool}" \]|\1slurm_spool=${slurm_spool//%n/${SLURMD_NODENAME-}}  # lab: several slurmd per machine\n&|' \
         "$pmi_hook" >/etc/enroot/hooks.d/50-slurm-pmi.sh.tmp
     grep -q "lab: several slurmd" /etc/enroot/hooks.d/50-slurm-pmi.sh.tmp ||

@@ -39,8 +39,9 @@ def sqsh() -> Path:
                                      (f"pyxis ({PYXIS})", PYXIS.is_file())) if not ok]
     if missing:
         pytest.fail(f"{' and '.join(missing)} not installed: run `sudo bash "
-                    "scripts/enroot-setup.sh` (needs the lab's ../shared/tools/enroot-pyxis), "
-                    "then restart the cluster", pytrace=False)
+                    "scripts/enroot-setup.sh` (the releases pinned with a checksum in "
+                    "scripts/enroot-pyxis.pins, else ENROOT_PYXIS_TOOLS=DIR or the lab's "
+                    "../shared/tools/enroot-pyxis), then restart the cluster", pytrace=False)
     make("enroot-image")
     return REPO / "image.sqsh"
 
