@@ -49,8 +49,13 @@ if [ -z "${FRESH_MACHINE_SCRATCH:-}" ]; then
     stop_lab
     scratch=$(mktemp -d /var/tmp/fresh-machine.XXXXXX)
     echo "$prog: running '$*' with no lab state, no Slurm config, empty caches (scratch $scratch)"
+    # Free space, before and at the end: a full disk fails tests far from its cause (images,
+    # node-local /tmp dirs and venvs all land on this disk).
+    echo "$prog: free on $(df -h --output=target,avail /var/tmp | tail -1 | tr -s ' ') before"
     rc=0
     FRESH_MACHINE_SCRATCH=$scratch unshare --mount --propagation private -- bash "$0" "$@" || rc=$?
+    echo "$prog: free on $(df -h --output=target,avail /var/tmp | tail -1 | tr -s ' ') at the end" \
+        "(scratch $(du -sh --one-file-system "$scratch" 2>/dev/null | cut -f1))"
     stop_lab
     rm -rf --one-file-system "$scratch"
     exit "$rc"
