@@ -22,14 +22,14 @@ enroot_data_path() {
         conf=$(sed -n 's/^config::init "\(.*\)"$/\1/p' "$(command -v enroot)" 2>/dev/null) || conf=
         conf=${conf%%$'\n'*}
         for file in "${conf:=/etc/enroot/enroot.conf}" "$conf.d"/*.conf; do
-            [ -z "$found" ] && [ -f "$file" ] || continue
+            if [ -n "$found" ] || [ ! -f "$file" ]; then continue; fi
             while IFS=$' \t=' read -r key value; do
                 if [ "$key" = ENROOT_DATA_PATH ] && [ -z "$found" ]; then
                     found=$(eval echo "$value" 2>/dev/null) || found=
                 fi
             done <"$file"
         done
-        [ -n "$found" ] || found=${XDG_DATA_HOME:-${HOME:-$(echo ~)}/.local/share}/enroot
+        [ -n "$found" ] || found=${XDG_DATA_HOME:-${HOME:-~}/.local/share}/enroot
     fi
     printf '%s\n' "$found"
 }
@@ -41,6 +41,7 @@ enroot_data_path() {
 jsc_cache_dir() {
     cache=${TORCHRUN_JSC_CACHE:-}
     if [ -n "$cache" ]; then
+        # shellcheck disable=SC2174  # -m for the cache itself; its parents are the site's
         mkdir -p -m 700 -- "$cache"
         if [ -L "$cache" ] || [ ! -O "$cache" ]; then
             echo "TORCHRUN_JSC_CACHE=$cache on $(hostname) is a link or not this user's: set TORCHRUN_JSC_CACHE to a directory of your own" >&2

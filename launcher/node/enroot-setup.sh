@@ -15,6 +15,7 @@
 # later job's set-up removes it once it has ended).
 set -euo pipefail
 image=$1 name=$2 keep=$3 run=$4 running=$5
+# shellcheck source=enroot-lib.sh
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
 data=$(enroot_data_path) host=$(hostname)
 umask 077

@@ -20,6 +20,7 @@ case "${TORCHRUN_JSC_CACHE:-}" in *[[:space:]:,]*)
     echo "enroot cannot mount TORCHRUN_JSC_CACHE=$TORCHRUN_JSC_CACHE (it contains whitespace, ':' or ',')" >&2
     exit 1 ;;
 esac
+# shellcheck source=enroot-lib.sh
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
 jsc_cache_dir
 [ -z "$cache" ] || pass+=(--mount "$cache:$cache")

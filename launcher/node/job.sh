@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034,SC2154  # sets variables for the jobscript, reads those it set
 # The kit's functions for the batch script, sourced by every jobscript the composer renders:
 #     source "$kit/node/job.sh" VERSION
 # The jobscript says what (its spec's values, as arguments); these say how. Bash, run on the

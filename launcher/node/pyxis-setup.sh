@@ -11,6 +11,7 @@
 # pyxis' container_scope=job the name is per job and pyxis removes it: nothing to do.
 set -euo pipefail
 image=$1 name=pyxis_$2 keep=$3 host=$(hostname)
+# shellcheck source=enroot-lib.sh
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
 jsc_cache_dir
 plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p') || plugstack=""
@@ -27,6 +28,7 @@ export NVIDIA_VISIBLE_DEVICES=void
 unset "${!PMIX_@}" "${!PMI_@}"
 have() { enroot list | grep -qxF -- "$1"; }
 if have "$name"; then
+    # shellcheck disable=SC2016  # $1 is the inner sh's
     if enroot start -- "$name" sh -c '[ -e "$1" ]' check /.torchrun-jsc-created 2>/dev/null; then
         echo "pyxis: reusing container $name on $host"
     else
@@ -37,6 +39,7 @@ fi
 if ! have "$name"; then
     echo "pyxis: creating container $name from $image on $host"
     enroot create --name "$name" -- "$image" >/dev/null
+    # shellcheck disable=SC2016  # $1 is the inner sh's
     enroot start --root --rw -- "$name" sh -c ': >"$1"' mark /.torchrun-jsc-created
 fi
 base=${name%-*-*}
