@@ -189,12 +189,19 @@ jsc_hangs_setup() {  # RANK_VAR...
     trap 'jsc_print_stacks SIGTERM' TERM
 }
 
-# One task per node beside the running steps (--overlap), outside any container: each signals
-# its node's ranks, waits up to 10 s for their dumps and prints them as JSON lines.
+# collector: the collector's argv, one for the trap and the watcher (`jsc-compose stacks` runs
+# its twin, launcher/hangs_script.py stacks_srun): one task per node beside the running steps
+# (--overlap), outside any container: each signals its node's ranks, waits up to 10 s for
+# their dumps and prints them as JSON lines.
+jsc_collector() {
+    collector=(srun --overlap "--jobid=${SLURM_JOB_ID}" "--nodes=${nnodes}" "--ntasks=${nnodes}"
+        --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0
+        python3 -I "$kit/node/run.py" stacks node "${SLURM_JOB_ID}" 10)
+}
+
 jsc_stacks_srun() {
-    srun --overlap "--jobid=${SLURM_JOB_ID}" "--nodes=${nnodes}" "--ntasks=${nnodes}" \
-        --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
-        python3 -I "$kit/node/run.py" stacks node "${SLURM_JOB_ID}" 10
+    jsc_collector
+    "${collector[@]}"
 }
 
 jsc_print_stacks() {  # SIGNAL
@@ -215,10 +222,9 @@ jsc_deadline_setup() {  # PERIOD
 }
 
 jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER: in the background; jsc_after_launch stops it
+    jsc_collector
     python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" "$hangs_dir" "$1" "$2" "$3" \
-        -- srun --overlap "--jobid=${SLURM_JOB_ID}" "--nodes=${nnodes}" "--ntasks=${nnodes}" \
-        --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 \
-        python3 -I "$kit/node/run.py" stacks node "${SLURM_JOB_ID}" 10 &
+        -- "${collector[@]}" &
     jsc_watch_pid=$!
 }
 

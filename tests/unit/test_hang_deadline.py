@@ -130,8 +130,8 @@ def test_watcher_only_when_the_spec_asks():
         "    printf '%s\\n' \"$1\" >\"$hangs_dir/progress/period\"",
         f'    rm -f -- "$hangs_dir/{stacks.VERDICT}"']
     watcher = function_body("jsc_watch")
-    assert ('python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" "$hangs_dir" "$1" "$2" '
-            '"$3" -- srun --overlap "--jobid=${SLURM_JOB_ID}"') in " ".join(watcher.split())
+    assert ('jsc_collector python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" '
+            '"$hangs_dir" "$1" "$2" "$3" -- "${collector[@]}" &') in " ".join(watcher.split())
     assert watcher.rstrip().endswith("&\n    jsc_watch_pid=$!")
     after = function_body("jsc_after_launch")
     assert after.index('kill "$jsc_watch_pid"') < after.index(

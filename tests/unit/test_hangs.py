@@ -157,8 +157,9 @@ def test_jobscript_lines():
     assert "PYTHONPATH" not in "\n".join(line for line in job_sh.splitlines()
                                         if not line.lstrip().startswith("#"))
     # The collector the trap runs is the one `jsc-compose stacks` runs (hangs_script).
-    body = job_sh[job_sh.index("\njsc_stacks_srun() {\n") + 21:]
-    body = body[:body.index("\n}\n")].replace("\\\n", " ")  # continuation lines joined
+    start = "\njsc_collector() {\n    collector=("
+    body = job_sh[job_sh.index(start) + len(start):]
+    body = body[:body.index(")\n}\n")]  # the array's words, over its lines
     assert shlex.split(body) == resolve(
         hangs_script.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
     # The hook's prelude is the kit's file: the hook directory first, the image's path after.
