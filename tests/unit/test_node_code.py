@@ -304,3 +304,12 @@ def test_every_kit_shell_file_passes_shellcheck():
                               cwd=path.parent, capture_output=True, text=True, timeout=60,
                               check=False)
         assert done.returncode == 0, f"{path}:\n{done.stdout}{done.stderr}"
+
+
+def test_enroot_start_refuses_what_the_mount_rule_refuses():
+    """enroot-start.sh checks TORCHRUN_JSC_CACHE with the pattern the composer's Enroot mount
+    rule writes for every other bind (launcher.runtimes.enroot_scripts.MOUNT_RULE)."""
+    from launcher.runtimes.enroot_scripts import MOUNT_RULE
+
+    text = (NODE_DIR / "enroot-start.sh").read_text()
+    assert f'case "${{TORCHRUN_JSC_CACHE:-}}" in {MOUNT_RULE.glob()})' in text
