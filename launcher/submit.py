@@ -12,7 +12,7 @@ import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 from launcher.model import JobSpec, SpecError
 from launcher.shell import Var, expansion_parts
@@ -122,23 +122,3 @@ def sbatch(script: str, extra: Sequence[str] = (), timeout: float = 60.0) -> str
     if not job_id.isdigit():
         raise SubmitError(f"sbatch {script}: unexpected answer {done.stdout.strip()!r}")
     return job_id
-
-
-def image_labels(image: str) -> Dict[str, str]:
-    """Labels of an Apptainer image, read with spython (imported only here, on demand)."""
-    if not Path(image).is_file():
-        raise SubmitError(f"{image}: image not found (build it with `make image`)")
-    try:
-        from spython.main import Client  # type: ignore[import-not-found]
-    except ImportError:
-        raise SubmitError("checking an image needs spython: pip install spython") from None
-    try:
-        info = Client.inspect(image, quiet=True)
-    except BaseException as exc:  # spython may call sys.exit on errors
-        raise SubmitError(f"{image}: cannot inspect image: {exc}") from None
-    if isinstance(info, dict):
-        attributes = info.get("attributes", info.get("data", {}).get("attributes", {}))
-        labels = attributes.get("labels") if isinstance(attributes, dict) else None
-        if isinstance(labels, dict):
-            return {str(k): str(v) for k, v in labels.items()}
-    raise SubmitError(f"{image}: cannot inspect image: no labels in {str(info)[:80]!r}")

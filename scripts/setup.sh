@@ -32,7 +32,7 @@ lab_slurm=${LAB_SLURM:-24.11}
 slurm_packages=(slurm-wlm slurmctld slurmd slurm-client slurmdbd openmpi-bin libopenmpi-dev libpmix-dev)
 glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-perl)
 # mkdocs: tests/unit/test_docs.py builds the docs site (mkdocs.yml) with --strict.
-venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' 'spython>=0.3' numpy 'mkdocs==1.6.1')
+venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' numpy 'mkdocs==1.6.1')
 # accelerate, deepspeed, ray, submitit and what they pull in, pinned (issue 12's launch modes).
 launchers_req=$here/requirements/launchers.txt
 
