@@ -212,3 +212,28 @@ def test_the_jobscript_stops_on_its_first_node_for_another_architecture(tmp_path
         assert (done.returncode, done.stderr) == (0, ""), (ok, done.stderr)
     (tmp_path / "junk.sif").write_text("not an image")
     assert run(str(tmp_path / "junk.sif")).returncode == 0
+
+
+def test_emulation_only_when_asked_and_registered(tmp_path, capsys) -> None:
+    """TORCHRUN_JSC_EMULATE=1 turns the refusal into one warning line where qemu-user is
+    registered for the image's architecture (a faked binfmt_misc directory); asked without
+    qemu, or qemu without being asked, the refusal stands."""
+    import os
+
+    from launcher.node.image_arch import main
+
+    here = normalize_arch(os.uname().machine)
+    other = "aarch64" if here == "x86_64" else "x86_64"
+    image = str(sif(tmp_path, other))
+    binfmt = tmp_path / "binfmt"
+    binfmt.mkdir()
+    assert main([image], {"TORCHRUN_JSC_EMULATE": "1"}, str(binfmt)) == 3
+    (binfmt / f"qemu-{other}").write_text("enabled\ninterpreter /usr/bin/qemu\nflags: PF\n")
+    assert main([image], {}, str(binfmt)) == 3
+    assert " it would not run natively " in capsys.readouterr().err
+    assert main([image], {"TORCHRUN_JSC_EMULATE": "1"}, str(binfmt)) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {image} runs emulated (TORCHRUN_JSC_EMULATE=1, {binfmt}/qemu-{other}): "
+        f"many times slower than on an {other} node\n")
+    (binfmt / f"qemu-{other}").write_text("disabled\n")
+    assert main([image], {"TORCHRUN_JSC_EMULATE": "1"}, str(binfmt)) == 3
