@@ -1,16 +1,19 @@
 """Lab program for images the kit did not build (tests/lab/test_foreign_image.py): one
 all_reduce over env://, then rank 0 prints one line
 
-    FOREIGN_SUMMARY {"world_size", "sum", "ok", "launcher", "pythonpath", "hooked", "hosts"}
+    FOREIGN_SUMMARY {"world_size", "sum", "ok", "launcher", "pythonpath", "hooked", "hosts",
+                     "machines"}
 
 ``launcher``: the file the program's own `import launcher` loads (the image's, never the
 kit's); ``pythonpath``: the program's PYTHONPATH; ``hooked``: the kit's stack hook is armed in
-this process. With --hang, every rank then blocks in a second all_reduce that rank 0 never
+this process; ``machines``: the CPU architectures the ranks ran as (platform.machine()). With
+--hang, every rank then blocks in a second all_reduce that rank 0 never
 joins (for the stack report).
 """
 
 import json
 import os
+import platform
 import socket
 import sys
 import time
@@ -26,6 +29,8 @@ def main() -> int:
     dist.all_reduce(t)
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
+    machines = [None] * world
+    dist.all_gather_object(machines, platform.machine())
     try:
         import launcher
         own = getattr(launcher, "__file__", None)
@@ -37,7 +42,7 @@ def main() -> int:
             "world_size": world, "sum": t.item(), "ok": t.item() == expected,
             "launcher": own, "pythonpath": os.environ.get("PYTHONPATH", ""),
             "hooked": "jsc_stacks_hook" in sys.modules,
-            "hosts": sorted(set(hosts))}), flush=True)
+            "hosts": sorted(set(hosts)), "machines": sorted(set(machines))}), flush=True)
     if "--hang" in sys.argv[1:]:
         if rank != 0:
             dist.all_reduce(torch.tensor([1.0]))
