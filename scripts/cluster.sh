@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local multi-node Slurm cluster with a JSC-like network, for `make demo` and the ring 3 tests.
 #
-#   bash scripts/cluster.sh up [N]    # munge + slurmctld + N slurmd (default 2, at most 8)
+#   bash scripts/cluster.sh up [N]    # munge + slurmctld + N JUWELS Booster slurmd (default 2,
+#                                     # at most 8) + 2 nodes of each other site (below)
 #   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridge
 #   bash scripts/cluster.sh status    # sinfo
 #
@@ -27,6 +28,18 @@
 #     eth0      tap,   10.67.0.K/32                <- what the hostname jwb000K resolves to; no
 #                                                     other node has a route to it (as on JSC,
 #                                                     where the hostname is not the IB name)
+# Other sites' nodes, in the same cluster, on the same bridge, each site in a partition of its
+# own (JWB_CLUSTER_SITES="jupiter cray fqdn" is the default; empty: JUWELS Booster only):
+#   jupiter: jpbo-001-0K; ib0 10.66.1.K/16 = jpbo-001-0K-interconnect-1.jupiter.internal (the
+#     only way between nodes); eth0 tap 10.67.1.K/32 = jpbo-001-0K (management, unreachable)
+#   cray: nid00000K; hsn0..hsn3 10.66.(20+J).K/16, four NICs in one subnet, the nid name
+#     resolving to all four (arp_ignore=1, arp_announce=2, a routing table per NIC: each
+#     address answered by and answering from its own NIC); nmn0 tap 10.67.2.K/32 = nid00000K-nmn
+#   fqdn: lrdn000K (Slurm's NodeName), hostname lrdn000K.leonardo.local (NodeHostname); eth0
+#     10.66.3.K/16, both names resolve to it
+# Host-side veth ends: jwb000Kp, jwbjKp, jwbcKpJ, jwbfKp (Linux caps names at 15 characters).
+# Each node's /etc/hosts holds what its site's DNS answers for the controller and that site's
+# nodes; the controller's holds every site's.
 # The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts and
 # a private /tmp in their mount namespace; the host's /etc/hosts is never edited. Nothing is routed off the machine:
 # node namespaces have no default route and no NAT rule is added.
