@@ -239,33 +239,34 @@ def started(cluster) -> Iterator[Started]:
     folder = Path(tempfile.mkdtemp(prefix="site_layouts-", dir=root))
     folder.chmod(0o1777)
     t0 = time.monotonic()
-    doctors, names = {}, []
-    for layout, systemname in DOCTORS:
-        name = f"doctor-{layout}"
-        spec = write_spec(folder, name, LAYOUTS[layout], "srun")
-        doctors[layout] = subprocess.Popen(
-            [sys.executable, "-m", "launcher", "doctor", "--json", spec, "--",
-             f"--job-name={name}"], cwd=folder, env=submit_env(systemname),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        names.append(name)
-    wait_queued(names, list(doctors.values()))
-    jobs = {}
-    for key in JOBS:
-        name = job_name(*key)
-        spec = write_spec(folder, name, LAYOUTS[key[0]], key[1])
-        p = sh([sys.executable, "-m", "launcher", "submit", spec], cwd=folder,
-               env=submit_env(key[2]))
-        assert p.returncode == 0, p.stderr
-        jobs[key] = p.stdout.strip()
-    yield Started(folder, doctors, jobs)
-    print(f"site layouts: every job and doctor done {time.monotonic() - t0:.1f} s after the "
-          "first doctor started")
-    for d in doctors.values():
-        if d.poll() is None:
-            d.kill()
-    for job in jobs.values():
-        sh(["scancel", job])
-    shutil.rmtree(folder, ignore_errors=True)
+    doctors: Dict[str, subprocess.Popen] = {}
+    jobs: Dict[Tuple[str, str, Optional[str]], str] = {}
+    try:
+        for layout, systemname in DOCTORS:
+            name = f"doctor-{layout}"
+            spec = write_spec(folder, name, LAYOUTS[layout], "srun")
+            doctors[layout] = subprocess.Popen(
+                [sys.executable, "-m", "launcher", "doctor", "--json", spec, "--",
+                 f"--job-name={name}"], cwd=folder, env=submit_env(systemname),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_queued([f"doctor-{layout}" for layout in doctors], list(doctors.values()))
+        for key in JOBS:
+            spec = write_spec(folder, job_name(*key), LAYOUTS[key[0]], key[1])
+            p = sh([sys.executable, "-m", "launcher", "submit", spec], cwd=folder,
+                   env=submit_env(key[2]))
+            assert p.returncode == 0, p.stderr
+            jobs[key] = p.stdout.strip()
+        yield Started(folder, doctors, jobs)
+        print(f"site layouts: every job and doctor done {time.monotonic() - t0:.1f} s after "
+              "the first doctor started")
+    finally:
+        for d in doctors.values():
+            if d.poll() is None:
+                d.kill()
+                d.wait()
+        for job in jobs.values():
+            sh(["scancel", job])
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def finished(cluster, started: Started, key: Tuple[str, str, Optional[str]]) -> Tuple[str, str]:
