@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local multi-node Slurm cluster with a JSC-like network, for `make demo` and the ring 3 tests.
 #
-#   bash scripts/cluster.sh up [N]    # munge + slurmctld + N slurmd (default 2, at most 8)
+#   bash scripts/cluster.sh up [N]    # munge + slurmctld + N JUWELS Booster slurmd (default 2,
+#                                     # at most 8) + 2 nodes of each other site (below)
 #   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridge
 #   bash scripts/cluster.sh status    # sinfo
 #
@@ -27,6 +28,18 @@
 #     eth0      tap,   10.67.0.K/32                <- what the hostname jwb000K resolves to; no
 #                                                     other node has a route to it (as on JSC,
 #                                                     where the hostname is not the IB name)
+# Other sites' nodes, in the same cluster, on the same bridge, each site in a partition of its
+# own (JWB_CLUSTER_SITES="jupiter cray fqdn" is the default; empty: JUWELS Booster only):
+#   jupiter: jpbo-001-0K; ib0 10.66.1.K/16 = jpbo-001-0K-interconnect-1.jupiter.internal (the
+#     only way between nodes); eth0 tap 10.67.1.K/32 = jpbo-001-0K (management, unreachable)
+#   cray: nid00000K; hsn0..hsn3 10.66.(20+J).K/16, four NICs in one subnet, the nid name
+#     resolving to all four (arp_ignore=1, arp_announce=2, a routing table per NIC: each
+#     address answered by and answering from its own NIC); nmn0 tap 10.67.2.K/32 = nid00000K-nmn
+#   fqdn: lrdn000K (Slurm's NodeName), hostname lrdn000K.leonardo.local (NodeHostname); eth0
+#     10.66.3.K/16, both names resolve to it
+# Host-side veth ends: jwb000Kp, jwbjKp, jwbcKpJ, jwbfKp (Linux caps names at 15 characters).
+# Each node's /etc/hosts holds what its site's DNS answers for the controller and that site's
+# nodes; the controller's holds every site's.
 # The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts and
 # a private /tmp in their mount namespace; the host's /etc/hosts is never edited. Nothing is routed off the machine:
 # node namespaces have no default route and no NAT rule is added.
@@ -47,7 +60,83 @@ db_port=16033  # the lab's own MariaDB, loopback only; not 3306, so a site's MyS
 hosts_style=${JWB_CLUSTER_HOSTS:-debian}
 
 die() { echo "$prog: $*" >&2; exit 1; }
-node_name() { printf 'jwb%04d' "$1"; }
+node_name() { printf 'jwb%04d\n' "$1"; }
+
+# --- The sites the lab plays (docs/development/cluster.md, "Other sites' networks") ----------
+# JUWELS Booster's N nodes (partitions batch, the default, and urgent) and, beside them in the
+# same cluster, site_size nodes of each site in JWB_CLUSTER_SITES (default all; empty: JUWELS
+# only), each site in its own partition named after it. Each node's private /etc/hosts holds
+# what its site's DNS would answer for the controller and that site's nodes.
+known_sites="jupiter cray fqdn"
+site_size=2
+
+site_node() {  # site_node SITE K: the Slurm node name, also the name of its network namespace
+    case $1 in
+        juwels) node_name "$2" ;;
+        jupiter) printf 'jpbo-001-%02d\n' "$2" ;;  # JUPITER Booster: jpbo-RACK-NODE
+        cray) printf 'nid%06d\n' "$2" ;;           # HPE Cray EX
+        fqdn) printf 'lrdn%04d\n' "$2" ;;          # Leonardo: hostname lrdn0001.leonardo.local
+    esac
+}
+
+site_hostname() {  # site_hostname SITE K: the node's hostname (Slurm's NodeHostname)
+    if [ "$1" = fqdn ]; then echo "$(site_node "$@").leonardo.local"; else site_node "$@"; fi
+}
+
+site_addr() {  # site_addr SITE K: the bridge address Slurm reaches the node at (NodeAddr)
+    case $1 in
+        juwels) echo "10.66.0.$2" ;;
+        jupiter) echo "10.66.1.$2" ;;
+        cray) echo "10.66.20.$2" ;;  # hsn0; hsnJ is 10.66.(20+J).K
+        fqdn) echo "10.66.3.$2" ;;
+    esac
+}
+
+site_dns() {  # site_dns SITE K: the /etc/hosts lines the site's DNS has for node K
+    local name
+    name=$(site_node "$@")
+    case $1 in
+        juwels) echo "10.67.0.$2 $name"; echo "10.66.0.$2 ${name}i" ;;
+        jupiter) echo "10.67.1.$2 $name"; echo "10.66.1.$2 $name-interconnect-1.jupiter.internal" ;;
+        cray)  # the nid name: every Slingshot NIC's address (Cray-HPE/docs-csm#4513)
+            echo "10.67.2.$2 $name-nmn"
+            for j in 0 1 2 3; do echo "10.66.$((20 + j)).$2 $name"; done ;;
+        fqdn) echo "10.66.3.$2 $(site_hostname "$@") $name" ;;
+    esac
+}
+
+site_host_ifs() {  # site_host_ifs SITE K: the host-side veth ends (at most 15 characters)
+    case $1 in
+        juwels) echo "$(node_name "$2")p" ;;
+        jupiter) echo "jwbj$2p" ;;
+        cray) echo "jwbc$2p0 jwbc$2p1 jwbc$2p2 jwbc$2p3" ;;
+        fqdn) echo "jwbf$2p" ;;
+    esac
+}
+
+lab_nodes() {  # lab_nodes N SITES: "SITE K" for every node of that layout
+    local k s
+    for k in $(seq 1 "$1"); do echo "juwels $k"; done
+    for s in $2; do
+        for k in $(seq 1 "$site_size"); do echo "$s $k"; done
+    done
+}
+
+all_nodes() {  # every node any layout can have (what `down` looks for)
+    lab_nodes "$max_nodes" "$known_sites"
+}
+
+wanted_sites() {  # JWB_CLUSTER_SITES (default all), checked, in the order of known_sites
+    local s out=""
+    for s in ${JWB_CLUSTER_SITES-$known_sites}; do
+        [[ " $known_sites " == *" $s "* ]] ||
+            die "JWB_CLUSTER_SITES: unknown site '$s' (known: $known_sites)"
+    done
+    for s in $known_sites; do
+        [[ " ${JWB_CLUSTER_SITES-$known_sites} " == *" $s "* ]] && out+="${out:+ }$s"
+    done
+    echo "$out"
+}
 
 pid_alive() {  # pid_alive PIDFILE COMM: true if the recorded process still runs that program
     local pid
@@ -57,10 +146,11 @@ pid_alive() {  # pid_alive PIDFILE COMM: true if the recorded process still runs
 }
 
 running_nodes() {  # names of node namespaces that exist, in order
-    local k
-    for k in $(seq 1 "$max_nodes"); do
-        [ -e "/run/netns/$(node_name "$k")" ] && { node_name "$k"; echo; }
-    done
+    local site k name
+    while read -r site k; do
+        name=$(site_node "$site" "$k")
+        [ -e "/run/netns/$name" ] && echo "$name"
+    done < <(all_nodes)
     return 0
 }
 
@@ -84,8 +174,8 @@ start_munge() {
     pid_alive "$state/munged.pid" munged || die "munged is up but /run/munge/munged.pid is not its PID"
 }
 
-write_configs() {  # write_configs N
-    local n=$1 k cores
+write_configs() {  # write_configs N SITES
+    local n=$1 sites=$2 k cores site name nodes
     # The cores this machine really has: declaring more makes task/affinity fail to lay out
     # tasks ("only 2 bits in avail_map for 4 tasks"), declaring them honestly makes binding real.
     cores=$(nproc --all)
@@ -94,7 +184,7 @@ write_configs() {  # write_configs N
         [ -c "$state/dev/nvidia$k" ] || mknod "$state/dev/nvidia$k" c 1 3
     done
     {
-        echo "# generated by scripts/cluster.sh up $n (torchrun-jsc-cluster); do not edit"
+        echo "# generated by scripts/cluster.sh up $n, sites '$sites' (torchrun-jsc-cluster); do not edit"
         echo "ClusterName=jwbcluster"
         echo "SlurmctldHost=$ctl_name($ctl_addr)"
         echo "SlurmUser=root"
@@ -133,10 +223,11 @@ write_configs() {  # write_configs N
         echo "SlurmctldTimeout=30"
         echo "SlurmdTimeout=30"
         echo "GresTypes=gpu"
-        for k in $(seq 1 "$n"); do
-            echo "NodeName=$(node_name "$k") NodeHostname=$(node_name "$k") NodeAddr=10.66.0.$k" \
-                 "Sockets=1 CoresPerSocket=$cores ThreadsPerCore=1 RealMemory=16000 Gres=gpu:4 State=UNKNOWN"
-        done
+        while read -r site k; do
+            echo "NodeName=$(site_node "$site" "$k") NodeHostname=$(site_hostname "$site" "$k")" \
+                 "NodeAddr=$(site_addr "$site" "$k") Sockets=1 CoresPerSocket=$cores" \
+                 "ThreadsPerCore=1 RealMemory=16000 Gres=gpu:4 State=UNKNOWN"
+        done < <(lab_nodes "$n" "$sites")
         # Preemption as sites configure it: a job in `urgent` takes the nodes of jobs in `batch`,
         # which get GraceTime seconds and the job's own --signal at once (send_user_signal;
         # without a --signal, SIGTERM), then are requeued (tests/lab/test_requeue.py).
@@ -145,6 +236,10 @@ write_configs() {  # write_configs N
         echo "PreemptParameters=send_user_signal"
         echo "PartitionName=batch Nodes=jwb[0001-$(printf '%04d' "$n")] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60"
         echo "PartitionName=urgent Nodes=jwb[0001-$(printf '%04d' "$n")] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
+        for site in $sites; do  # the other sites' nodes: only jobs that name the partition
+            nodes=$(lab_nodes 0 "$site" | while read -r _ k; do site_node "$site" "$k"; done | paste -sd, -)
+            echo "PartitionName=$site Nodes=$nodes MaxTime=INFINITE State=UP"
+        done
     } >"$conf_dir/slurm.conf.tmp"
     echo "Name=gpu File=$state/dev/nvidia[0-3]" >"$conf_dir/gres.conf.tmp"
     (
@@ -168,17 +263,18 @@ write_configs() {  # write_configs N
     # srun --mpi=pmix: the client tmpdir must differ per node; every node's /tmp is its own.
     # Apptainer binds /tmp: ranks in containers use it as their session directory.
     echo "PMIxCliTmpDirBase=/tmp" >"$conf_dir/mpi.conf.tmp"
-    write_hosts "$n" "$ctl_name" >"$state/hosts-$ctl_name.tmp"
-    for k in $(seq 1 "$n"); do
-        write_hosts "$n" "$(node_name "$k")" >"$state/hosts-$(node_name "$k").tmp"
-    done
+    # The controller (and the login node, this host) resolves every site's names.
+    write_hosts "$ctl_name" "$ctl_name" < <(lab_nodes "$n" "$sites") >"$state/hosts-$ctl_name.tmp"
+    while read -r site k; do
+        write_hosts "$(site_node "$site" "$k")" "$(site_hostname "$site" "$k")" \
+            < <(lab_nodes "$n" "$sites" | grep "^$site ") >"$state/hosts-$(site_node "$site" "$k").tmp"
+    done < <(lab_nodes "$n" "$sites")
     mv -f "$conf_dir/slurm.conf.tmp" "$conf_dir/slurm.conf"
     mv -f "$conf_dir/gres.conf.tmp" "$conf_dir/gres.conf"
     mv -f "$conf_dir/mpi.conf.tmp" "$conf_dir/mpi.conf"
     mv -f "$conf_dir/slurmdbd.conf.tmp" "$conf_dir/slurmdbd.conf"
-    for k in $ctl_name $(seq 1 "$n"); do
-        [ "$k" = "$ctl_name" ] || k=$(node_name "$k")
-        mv -f "$state/hosts-$k.tmp" "$state/hosts-$k"
+    for name in "$ctl_name" $(lab_nodes "$n" "$sites" | while read -r site k; do site_node "$site" "$k"; done); do
+        mv -f "$state/hosts-$name.tmp" "$state/hosts-$name"
     done
 }
 
@@ -209,7 +305,8 @@ start_accounting() {
         die "MariaDB did not come up in 60 s (see $db/mariadb.log)"
     mariadb --no-defaults --socket="$sock" -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$(db_password)';
         GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" || die "could not create the slurm database user"
-    run_in_ns "$state/slurmdbd.pid" "$state/log/slurmdbd.out" host "$ctl_name" slurmdbd -D
+    run_in_ns "$state/slurmdbd.pid" "$state/log/slurmdbd.out" host "$ctl_name" "$ctl_name" \
+        slurmdbd -D
     wait_until 60 sacctmgr -n list cluster ||
         { tail -n 5 "$state/log/slurmdbd.log" >&2 || true; die "slurmdbd did not answer in 60 s (logs in $state/log)"; }
     sacctmgr -i -Q add cluster jwbcluster >/dev/null
@@ -217,24 +314,27 @@ start_accounting() {
     sacctmgr -i -Q add user root "$lab_user" account="$lab_account" cluster=jwbcluster >/dev/null
 }
 
-write_hosts() {  # write_hosts N SELF: the private /etc/hosts of daemon SELF
-    local n=$1 self=$2 k login_name
+# write_hosts NAME HOSTNAME < "SITE K" lines: the private /etc/hosts of daemon NAME (hostname
+# HOSTNAME): the login node, then the DNS entries of the nodes on stdin.
+write_hosts() {
+    local self=$1 host=$2 site k login_name
     login_name=$(hostname)
     case $login_name in localhost|"$ctl_name"|jwb[0-9][0-9][0-9][0-9]*) login_name="" ;; esac
     echo "# private /etc/hosts of $self in the torchrun-jsc-cluster ($hosts_style style)"
     echo "127.0.0.1 localhost"
-    # Debian/Ubuntu installers map the machine's own name to 127.0.1.1; with glibc's
-    # `multi on` (Debian's /etc/host.conf) the name then resolves to 127.0.1.1 AND its address.
-    [ "$hosts_style" = plain ] || echo "127.0.1.1 $self"
+    # Debian/Ubuntu installers map the machine's own name to 127.0.1.1 (an FQDN hostname
+    # first, then its short name); with glibc's `multi on` (Debian's /etc/host.conf) the name
+    # then resolves to 127.0.1.1 AND its address.
+    if [ "$hosts_style" = plain ]; then :
+    elif [ "$host" = "${host%%.*}" ]; then echo "127.0.1.1 $host"
+    else echo "127.0.1.1 $host ${host%%.*}"
+    fi
     echo "::1 localhost ip6-localhost ip6-loopback"
     # The login node (this host, where sbatch/srun/salloc run) by its own name, as a site's
     # controller and nodes resolve their login nodes: Slurm 24.11 answers an srun started
     # here at the name it reports (22.05 used the address).
     echo "$ctl_addr $ctl_name${login_name:+ $login_name}"
-    for k in $(seq 1 "$n"); do
-        echo "10.67.0.$k $(node_name "$k")"
-        echo "10.66.0.$k $(node_name "$k")i"
-    done
+    while read -r site k; do site_dns "$site" "$k"; done
 }
 
 ensure_lab_user() {  # an ordinary user, same UID on every node (the nodes share /etc/passwd)
@@ -249,36 +349,69 @@ setup_bridge() {
     ip link set "$bridge" up
 }
 
-setup_node_net() {  # setup_node_net K
-    local k=$1 name host_if
-    name=$(node_name "$k")
-    host_if="${name}p"
-    [ -e "/run/netns/$name" ] || ip netns add "$name"
-    if ! ip -n "$name" link show "${name}i" >/dev/null 2>&1; then
+add_veth() {  # add_veth NETNS HOST_IF NODE_IF CIDR: a NIC of the node, its peer on the bridge
+    local ns=$1 host_if=$2 node_if=$3 cidr=$4
+    if ! ip -n "$ns" link show "$node_if" >/dev/null 2>&1; then
         ip link del "$host_if" 2>/dev/null || true
-        ip link add "$host_if" type veth peer name "${name}i" netns "$name"
-        ip -n "$name" addr add "10.66.0.$k/16" dev "${name}i"
+        ip link add "$host_if" type veth peer name "$node_if" netns "$ns"
+        ip -n "$ns" addr add "$cidr" dev "$node_if"
     fi
     ip link set "$host_if" master "$bridge"
     ip link set "$host_if" up
-    if ! ip -n "$name" link show eth0 >/dev/null 2>&1; then
-        # a tap without a reader: a local address nobody else can reach (no dummy module here)
-        ip -n "$name" tuntap add eth0 mode tap
-        ip -n "$name" addr add "10.67.0.$k/32" dev eth0
-    fi
-    ip -n "$name" link set lo up
-    ip -n "$name" link set "${name}i" up
-    ip -n "$name" link set eth0 up
+    ip -n "$ns" link set "$node_if" up
 }
 
-# run_in_ns PIDFILE LOG NETNS HOSTNAME CMD...: start CMD in the foreground of a new UTS + mount
-# namespace (hostname set, its private /etc/hosts bound, its own /tmp), detached, in /, and
-# record its PID. In /: a daemon started from a directory that is later removed (a test's
-# temporary one) made slurmstepd fail "Unable to get current working directory".
+add_tap() {  # add_tap NETNS IF ADDR: a local address nobody else can reach (a management net)
+    # a tap without a reader (no dummy module here); /32: no other node is on its subnet
+    if ! ip -n "$1" link show "$2" >/dev/null 2>&1; then
+        ip -n "$1" tuntap add "$2" mode tap
+        ip -n "$1" addr add "$3/32" dev "$2"
+    fi
+    ip -n "$1" link set "$2" up
+}
+
+setup_node_net() {  # setup_node_net SITE K
+    local site=$1 k=$2 name j addr
+    name=$(site_node "$site" "$k")
+    [ -e "/run/netns/$name" ] || ip netns add "$name"
+    ip -n "$name" link set lo up
+    case $site in
+        juwels)
+            add_veth "$name" "${name}p" "${name}i" "10.66.0.$k/16"
+            add_tap "$name" eth0 "10.67.0.$k" ;;
+        jupiter)
+            add_veth "$name" "jwbj${k}p" ib0 "10.66.1.$k/16"
+            add_tap "$name" eth0 "10.67.1.$k" ;;
+        cray)
+            # Four NICs in one subnet. Linux answers ARP for any of its addresses on every
+            # interface (and sends everything out of the first route's NIC): arp_ignore=1 makes
+            # each NIC answer only for its own address, arp_announce=2 asks with the NIC's own
+            # address, and a routing table per NIC (selected by source address) sends replies
+            # out of the NIC they belong to; rp_filter loose, as on multi-rail nodes.
+            nsenter --net="/run/netns/$name" sysctl -q -w net.ipv4.conf.all.arp_ignore=1 \
+                net.ipv4.conf.all.arp_announce=2 net.ipv4.conf.all.rp_filter=2 \
+                net.ipv4.conf.default.rp_filter=2
+            for j in 0 1 2 3; do
+                addr="10.66.$((20 + j)).$k"
+                add_veth "$name" "jwbc${k}p$j" "hsn$j" "$addr/16"
+                ip -n "$name" route replace 10.66.0.0/16 dev "hsn$j" src "$addr" table $((100 + j))
+                [ -n "$(ip -n "$name" rule show from "$addr" table $((100 + j)))" ] ||
+                    ip -n "$name" rule add from "$addr" table $((100 + j))
+            done
+            add_tap "$name" nmn0 "10.67.2.$k" ;;
+        fqdn)
+            add_veth "$name" "jwbf${k}p" eth0 "10.66.3.$k/16" ;;
+    esac
+}
+
+# run_in_ns PIDFILE LOG NETNS NODE HOSTNAME CMD...: start CMD in the foreground of a new UTS +
+# mount namespace (hostname set, node NODE's private /etc/hosts bound, its own /tmp), detached,
+# in /, and record its PID. In /: a daemon started from a directory that is later removed (a
+# test's temporary one) made slurmstepd fail "Unable to get current working directory".
 run_in_ns() {
-    local pidfile=$1 log=$2 netns=$3 hostname=$4; shift 4
+    local pidfile=$1 log=$2 netns=$3 node=$4 hostname=$5; shift 5
     local enter=() tmp
-    tmp="$state/node/$hostname/tmp"
+    tmp="$state/node/$node/tmp"
     [ "$netns" = host ] || enter=(nsenter "--net=/run/netns/$netns" --)
     mkdir -p "$tmp"
     chmod 1777 "$tmp"  # like /tmp: every user may write, nobody may remove another's files
@@ -287,61 +420,72 @@ run_in_ns() {
     setsid "${enter[@]}" unshare --uts --mount --propagation slave -- \
         sh -c 'cd / && hostname "$1" && mount --bind "$2" /etc/hosts && mount --bind "$3" /tmp &&
                shift 3 && exec "$@"' \
-        sh "$hostname" "$state/hosts-$hostname" "$tmp" "$@" </dev/null >>"$log" 2>&1 9>&- &
+        sh "$hostname" "$state/hosts-$node" "$tmp" "$@" </dev/null >>"$log" 2>&1 9>&- &
     echo $! >"$pidfile"
 }
 
 all_ready() {  # all_ready N: sinfo shows N nodes, all responding and usable (maybe busy)
     local out
-    out=$(sinfo -h -N -p batch -o '%N %T' 2>/dev/null) || return 1
+    # one line per node and partition: each node once
+    out=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u) || return 1
     [ "$(grep -c -E ' (idle|mixed|allocated|completing)$' <<<"$out")" -eq "$1" ]
 }
 
 cmd_up() {
-    local n k name current='' started=$SECONDS
+    local n site k name sites current='' current_sites='' started=$SECONDS
+    sites=$(wanted_sites)
+    if [ -s "$state/nodes" ] && [ ! -e "$state/sites" ]; then
+        # an older cluster.sh's lab (JUWELS only, no record of sites): lay it out anew
+        echo "$prog: the running cluster predates the site layouts: restarting it"
+        cmd_down >/dev/null
+    fi
     [ -s "$state/nodes" ] && current=$(cat "$state/nodes")
+    [ -e "$state/sites" ] && current_sites=$(cat "$state/sites")
     if [ $# -ge 1 ]; then
         n=$1
         [[ "$n" =~ ^[1-8]$ ]] || die "node count must be 1..$max_nodes, got '$n'"
     else
         n=${current:-2}
     fi
-    if [ -n "$current" ] && [ "$current" != "$n" ]; then
-        die "cluster is up with $current nodes, asked for $n: run '$0 down' first"
+    if [ -n "$current" ] && [ "$current $current_sites" != "$n $sites" ]; then
+        die "cluster is up with $current nodes and sites '$current_sites', asked for $n and" \
+            "'$sites' (JWB_CLUSTER_SITES): run '$0 down' first"
     fi
     command -v slurmctld >/dev/null || die "slurmctld not installed: run 'make setup' first"
     mkdir -p "$state"
     echo "$n" >"$state/nodes"
+    echo "$sites" >"$state/sites"
     if pid_alive "$state/slurmctld.pid" slurmctld && [ -s "$state/hosts-$ctl_name" ]; then
         : # configs already written for this cluster; keep them (slurmctld has them loaded)
     else
-        write_configs "$n"
+        write_configs "$n" "$sites"
     fi
     ensure_lab_user
     start_munge
     setup_bridge
-    for k in $(seq 1 "$n"); do setup_node_net "$k"; done
+    while read -r site k; do setup_node_net "$site" "$k"; done < <(lab_nodes "$n" "$sites")
     if ! pid_alive "$state/slurmctld.pid" slurmctld; then
         # A clean state (no stale jobs or nodes from an earlier `up`, nothing an older Slurm
         # wrote: 24.11 refuses 22.05's state files) and a fresh accounting database.
         rm -rf "$state/ctld" && mkdir -p "$state/ctld"
         start_accounting
-        run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" \
+        run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" "$ctl_name" \
             slurmctld -D -c
     fi
-    for k in $(seq 1 "$n"); do
-        name=$(node_name "$k")
+    while read -r site k; do
+        name=$(site_node "$site" "$k")
         mkdir -p "$state/spool/$name"
         pid_alive "$state/slurmd-$name.pid" slurmd && continue
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
-            slurmd -D -N "$name"
-    done
-    if ! wait_until 60 all_ready "$n"; then
+            "$(site_hostname "$site" "$k")" slurmd -D -N "$name"
+    done < <(lab_nodes "$n" "$sites")
+    if ! wait_until 60 all_ready "$(lab_nodes "$n" "$sites" | wc -l)"; then
         sinfo -N >&2 || true
         tail -n 5 "$state"/log/*.log >&2 || true
         die "nodes not ready after 60 s (logs in $state/log)"
     fi
-    echo "$prog: up: $n nodes ($(running_nodes | paste -sd " " -)) in $((SECONDS - started)) s"
+    echo "$prog: up: $n nodes$([ -z "$sites" ] || echo " and sites $sites")" \
+         "($(running_nodes | paste -sd " " -)) in $((SECONDS - started)) s"
 }
 
 stop_pid() {  # stop_pid PIDFILE COMM: TERM, wait up to 10 s, then KILL
@@ -368,26 +512,26 @@ kill_netns_procs() {  # every process in our node namespace is ours (slurmd, slu
 }
 
 cmd_down() {
-    local name k pidfile
+    local name site k pidfile host_if
     # TERM every daemon first so that they shut down in parallel; stop_pid then waits for each.
-    for pidfile in "$state"/slurmd-jwb*.pid "$state/slurmctld.pid" "$state/slurmdbd.pid"; do
+    for pidfile in "$state"/slurmd-*.pid "$state/slurmctld.pid" "$state/slurmdbd.pid"; do
         pid_alive "$pidfile" "$(basename "$pidfile" .pid | cut -d- -f1)" || continue
         kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
     done
-    for k in $(seq 1 "$max_nodes"); do
-        name=$(node_name "$k")
+    while read -r site k; do  # every node any layout has, whatever JWB_CLUSTER_SITES says now
+        name=$(site_node "$site" "$k")
         stop_pid "$state/slurmd-$name.pid" slurmd
         [ -e "/run/netns/$name" ] || continue
         kill_netns_procs "$name"
         ip netns del "$name"
-        ip link del "${name}p" 2>/dev/null || true
-    done
+        for host_if in $(site_host_ifs "$site" "$k"); do ip link del "$host_if" 2>/dev/null || true; done
+    done < <(all_nodes)
     stop_pid "$state/slurmctld.pid" slurmctld
     stop_pid "$state/slurmdbd.pid" slurmdbd
     stop_pid "$state/mariadbd.pid" mariadbd
     stop_pid "$state/munged.pid" munged
     if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
-    rm -f "$state"/hosts-* "$state/nodes"
+    rm -f "$state"/hosts-* "$state/nodes" "$state/sites"
     rm -rf "$state/node"  # the nodes' /tmp: node-local, gone with the node
     echo "$prog: down"
 }

@@ -40,7 +40,7 @@ stop_lab() {  # the lab's own `down`, then anything of a lab whose state this na
     done
     # Host-side veth ends and namespaces of a lab whose namespace files are gone.
     local link
-    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^jwb[0-9]+p$' || true); do
+    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^jwb([0-9]+|[jcf][0-9]+)p[0-9]?$' || true); do
         ip link del "$link" 2>/dev/null || true
     done
 }

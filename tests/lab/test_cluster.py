@@ -168,8 +168,11 @@ def test_down_and_up_are_idempotent_and_leave_nothing(cluster):
     for _ in range(2):  # down twice: the second finds nothing to do
         p = sh([*CLUSTER, "down"])
         assert p.returncode == 0, p.stderr
-        assert not [n for n in sh(["ip", "netns", "list"]).stdout.split() if n.startswith("jwb")]
-        assert sh(["ip", "link", "show", "jwbbr0"]).returncode != 0
+        # every site's nodes (jwb*, jpbo-*, nid*, lrdn*) and every host-side link (jwb*)
+        assert not [n for n in sh(["ip", "netns", "list"]).stdout.split()
+                    if n.startswith(("jwb", "jpbo-", "nid", "lrdn"))]
+        assert not [line for line in sh(["ip", "-o", "link"]).stdout.splitlines()
+                    if line.split(": ")[1].startswith("jwb")]
         assert not list(STATE.glob("slurm*.pid"))
         assert not any(Path(f"/proc/{pid}").exists() for pid in before.values())
         assert sh(["pgrep", "-x", "slurmctld"]).returncode != 0
