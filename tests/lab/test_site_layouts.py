@@ -47,25 +47,44 @@ class Layout:
     hostnames: Tuple[str, str]  # what the nodes' hostname says
     endpoints: Tuple[str, ...]  # rendezvous hosts a user of the site may get
     fabric: Dict[str, str]  # the first node's reachable addresses -> their NIC
+    site: Tuple[Tuple[str, str], ...] = ()  # more site keys
 
 
 LAYOUTS = {
     "jupiter": Layout("jupiter", "jsc", ("jpbo-001-01", "jpbo-001-02"),
                       ("jpbo-001-01", "jpbo-001-02"),
                       ("jpbo-001-01-interconnect-1.jupiter.internal",), {"10.66.1.1": "ib0"}),
-    # The nid name resolves to every Slingshot NIC: generic may keep it or take an address.
+    # The nid name resolves to every Slingshot NIC (hsn*: fast): generic keeps the name.
     "cray": Layout("cray", "generic", ("nid000001", "nid000002"), ("nid000001", "nid000002"),
-                   ("nid000001", "10.66.20.1", "10.66.21.1", "10.66.22.1", "10.66.23.1"),
-                   {f"10.66.{20 + j}.1": f"hsn{j}" for j in range(4)}),
+                   ("nid000001",), {f"10.66.{20 + j}.1": f"hsn{j}" for j in range(4)}),
+    # The profile a Cray EX user picks: the same rule, Slingshot's defaults, and (the lab's
+    # image has no libfabric plugin) the one line that NCCL would run over TCP.
+    "cray-ex": Layout("cray", "cray-ex", ("nid000001", "nid000002"), ("nid000001", "nid000002"),
+                      ("nid000001",), {f"10.66.{20 + j}.1": f"hsn{j}" for j in range(4)}),
+    # No fast interface (the short name resolves to the one reachable address): the name.
     "fqdn": Layout("fqdn", "generic", ("lrdn0001", "lrdn0002"),
                    ("lrdn0001.leonardo.local", "lrdn0002.leonardo.local"),
-                   ("lrdn0001", "lrdn0001.leonardo.local", "10.66.3.1"), {"10.66.3.1": "eth0"}),
+                   ("lrdn0001",), {"10.66.3.1": "eth0"}),
+    # JUPITER without a profile: the plain name is the management address, so generic's rule
+    # takes the interface site.socket_ifname names (the lab's ib0 is no IPoIB device).
+    "jupiter-generic": Layout("jupiter", "generic", ("jpbo-001-01", "jpbo-001-02"),
+                              ("jpbo-001-01", "jpbo-001-02"), ("10.66.1.1",),
+                              {"10.66.1.1": "ib0"}, (("socket_ifname", "ib0"),)),
 }
 # (layout, launch mode, SYSTEMNAME in the submit environment). JUPITER: the suffix listed for
 # SYSTEMNAME, and without it the candidate that resolves (launcher/model.py JSC_SUFFIXES).
 JOBS = [("jupiter", "torchrun", "jupiter"), ("jupiter", "srun", None),
-        ("cray", "torchrun", None), ("cray", "srun", None),
-        ("fqdn", "torchrun", None), ("fqdn", "srun", None)]
+        ("cray", "torchrun", None), ("cray", "srun", None), ("cray-ex", "torchrun", None),
+        ("fqdn", "torchrun", None), ("fqdn", "srun", None), ("jupiter-generic", "srun", None)]
+# The line of the kit's rule for site generic (launcher/node/net/fast.py), by layout.
+WHY = {"cray": "rendezvous host nid000001: it resolves to 10.66.20.1 on hsn0, 10.66.21.1 on "
+               "hsn1, 10.66.22.1 on hsn2, 10.66.23.1 on hsn3 (Slingshot, fast)",
+       "fqdn": "rendezvous host lrdn0001: it resolves to 10.66.3.1 on eth0; no InfiniBand "
+               "(IPoIB) or Slingshot (hsn*) interface with an address on this node",
+       "jupiter-generic": "rendezvous host 10.66.1.1: jpbo-001-01's site.socket_ifname "
+                          "interface ib0, since its name resolves to 10.67.1.1 on eth0 (set "
+                          "site.hostname_suffix to rendezvous by name)"}
+NO_PLUGIN = "torchrun-jsc: no NCCL libfabric plugin (libnccl-net*.so, aws-ofi-nccl) in this image"
 DOCTORS = [("jupiter", "jupiter"), ("cray", None), ("fqdn", None)]
 PROGRAMS = {"torchrun": [str(REPO / "examples/ddp_train.py"), "--steps", "5"],
             "srun": [str(REPO / "examples/distributed_sum.py")]}
@@ -202,7 +221,7 @@ def write_spec(folder: Path, name: str, layout: Layout, mode: str) -> str:
     (folder / f"{name}.yaml").write_text(yaml.safe_dump({
         "job": {"nodes": 2, "name": name, "time": "00:05:00", "partition": layout.partition,
                 "node_output": None},
-        "site": {"profile": layout.profile, "venv": VENV},
+        "site": {"profile": layout.profile, "venv": VENV, **dict(layout.site)},
         "runtime": {"kind": "bare"},
         "launch": {"mode": mode, "procs_per_node": 1},
         "program": ["python3", "-u", *PROGRAMS[mode]]}))
@@ -301,6 +320,16 @@ def test_demo_program_torchrun(cluster, started, key):
     [summary] = summaries(text, "DDP_SUMMARY ")
     assert cluster.check_summary(summary, 2) == [], summary
     assert summary["hosts"] == list(layout.hostnames), summary
+    why(text, key[0])
+
+
+def why(text: str, layout: str) -> None:
+    """The rendezvous rule's one line where the site has no names of its own (generic,
+    cray-ex); the libfabric line once, on node 0, under cray-ex only."""
+    if layout in WHY:
+        assert [line for line in text.splitlines() if line.startswith("rendezvous host ")] == \
+            [WHY[layout]], text
+    assert text.count(NO_PLUGIN) == (1 if layout == "cray-ex" else 0), text
 
 
 @pytest.mark.parametrize("key", [k for k in JOBS if k[1] == "srun"], ids=lambda k: job_name(*k))
@@ -312,6 +341,7 @@ def test_sum_srun_mode(cluster, started, key):
     [summary] = summaries(text, "SUM_SUMMARY ")
     assert (summary["world_size"], summary["sum"], summary["ok"]) == (2, 3, True), summary
     assert summary["hosts"] == list(layout.hostnames), summary
+    why(text, key[0])
 
 
 @pytest.mark.parametrize("layout_name", [d[0] for d in DOCTORS])
@@ -323,6 +353,9 @@ def test_doctor(started, layout_name):
     assert result["ok"] is True and result["failures"] == [], result
     assert result["rendezvous"].rsplit(":", 1)[0] in layout.endpoints, result["rendezvous"]
     assert [n["node"] for n in result["nodes"]] == list(layout.nodes), result
+    assert result["warnings"] == [], result
     for node in result["nodes"]:  # every node reaches the rendezvous over the fabric
         assert node["address"] in layout.fabric, node
-        assert node["checks"]["iface"]["value"] in layout.fabric.values(), node
+        nic = node["checks"]["iface"]["value"]  # with its kind where it is a fast one
+        assert nic.split(" (")[0] in layout.fabric.values(), node
+        assert nic.endswith(" (Slingshot)") == (layout_name == "cray"), node

@@ -46,9 +46,22 @@ def test_the_tree_is_read_with_types_states_and_addresses(tmp_path):
     assert [n.name for n in got] == ["eth0", "ib0", "ib1", "ib2"]  # loopback left out
     assert got[1] == Nic("ib0", 32, True, ("10.13.0.5",))
     assert got[3] == Nic("ib2", 32, False, ())
-    # no readable tree (a container without /sys): the address map's interfaces, type unknown
+    # no readable tree (a container without /sys): the address map's interfaces, typed by
+    # the kernel (SIOCGIFHWADDR) where this machine has them, else unknown
     assert [(n.name, n.type) for n in nics(JUPITER_ADDRS, str(tmp_path / "none"))] == [
-        ("eth0", -1), ("ib0", -1), ("ib1", -1)]
+        ("eth0", fast.arphrd("eth0")), ("ib0", -1), ("ib1", -1)]
+    assert fast.arphrd("lo") == 772 and fast.arphrd("no-such-nic") == -1
+
+
+def test_a_tree_of_another_network_namespace_misses_nothing(tmp_path):
+    """/sys mounted for another network namespace (the lab's nodes; a container) lists other
+    interfaces: those holding addresses here still count, Slingshot by name."""
+    tree = sysfs(tmp_path, {"eth0": (1, "up"), "docker0": (1, "up")})
+    all_nics = nics(CRAY_ADDRS, tree)
+    assert {"hsn0", "hsn3", "nmn0"} <= {n.name for n in all_nics}
+    got = choose("nid000007", ["10.150.0.7", "10.150.0.71"], all_nics)
+    assert got.host == "nid000007" and "10.150.0.7 on hsn0" in got.line and "(Slingshot, fast)" \
+        in got.line
 
 
 def test_name_on_management_network_gives_the_ipoib_address(tmp_path):

@@ -17,7 +17,10 @@ an address. Never fails: a node this cannot judge keeps its name, with the reaso
 Node-side code (docs/development/node-code.md): standard library only, Python 3.6.
 """
 
+import fcntl
 import os
+import socket
+import struct
 import sys
 from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -52,20 +55,34 @@ def _read(path: str) -> str:
         return ""
 
 
-def nics(addresses: Mapping[str, str], sys_net: str = SYS_NET) -> List[Nic]:
-    """This node's interfaces from ``sys_net`` (/sys/class/net), with ``addresses`` (address
-    -> interface, probe.interface_addresses) grouped under each; loopback left out."""
+def arphrd(name: str) -> int:
+    """The interface's ARPHRD type from the kernel (SIOCGIFHWADDR: the hardware address's
+    family), in this process's network namespace; -1 where it cannot be asked."""
     try:
-        names = sorted(os.listdir(sys_net))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            req = fcntl.ioctl(s.fileno(), 0x8927, struct.pack("256s", name.encode()[:15]))
     except OSError:
-        names = sorted(set(addresses.values()))
+        return -1
+    return struct.unpack_from("H", req, 16)[0]
+
+
+def nics(addresses: Mapping[str, str], sys_net: str = SYS_NET) -> List[Nic]:
+    """This node's interfaces: those ``sys_net`` (/sys/class/net) lists and those that hold
+    ``addresses`` (address -> interface, probe.interface_addresses, which always sees this
+    network namespace: a /sys mounted for another one lists other interfaces), addresses
+    grouped under each; loopback left out. The type is the tree's, else the kernel's
+    (``arphrd``); the state the tree's, else up."""
+    try:
+        listed = set(os.listdir(sys_net))
+    except OSError:
+        listed = set()
     out = []
-    for name in names:
-        text = _read(os.path.join(sys_net, name, "type"))
-        kind = int(text) if text.isdigit() else -1
+    for name in sorted(listed | set(addresses.values())):
+        text = _read(os.path.join(sys_net, name, "type")) if name in listed else ""
+        kind = int(text) if text.isdigit() else arphrd(name)
         if kind == 772 or name == "lo":  # ARPHRD_LOOPBACK
             continue
-        state = _read(os.path.join(sys_net, name, "operstate"))
+        state = _read(os.path.join(sys_net, name, "operstate")) if name in listed else ""
         out.append(Nic(name, kind, state in ("up", "unknown", ""),
                        tuple(sorted(a for a, n in addresses.items() if n == name))))
     return out
