@@ -59,13 +59,17 @@ def test_checked_in_ddp_job(cluster, request, shared_tmp, name):
 
 
 def test_ddp_container_job_with_stock_torchrun_fails(cluster, image, shared_tmp):
-    """The same jobscript with torch's own torchrun (short read timeout so it fails fast)."""
+    """The same jobscript with torch's own torchrun (short read timeout so it fails fast: the
+    user's part of --rdzv_conf comes last and wins, as PET_RDZV_CONF's would)."""
     text = (REPO / "jobs/ddp_container.job").read_text()
+    user_conf = 'rdzv_conf_user="${PET_RDZV_CONF:+,${PET_RDZV_CONF}}"'
+    assert text.count(user_conf) == 1, text
+    text = text.replace(user_conf, 'rdzv_conf_user=",read_timeout=10,join_timeout=30"')
     # The kit's torchrun_jsc (python3 "${kit}/task/run.py" torchrun_jsc, maybe wrapped).
     kit_torchrun = re.compile(r'python3 "\$\{kit\}/task/run\.py"(?: \\\n *| )torchrun_jsc\b')
     assert len(kit_torchrun.findall(text)) == 1, "expected one torchrun_jsc launch"
     job = shared_tmp / "ddp_container_stock.job"
-    job.write_text(kit_torchrun.sub("torchrun --rdzv_conf=read_timeout=10", text))
+    job.write_text(kit_torchrun.sub("torchrun", text))
     res = run_checked_in(cluster, shared_tmp, job)
     assert res.state == "FAILED", res.output
     assert res.summaries == []
