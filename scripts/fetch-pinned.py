@@ -8,6 +8,10 @@ FILE (scripts/enroot-pyxis.pins) has one artifact a line, `NAME VERSION ARCH HAS
 `#` starts a comment. HASH is `sha256:<64 hex>` (the file's bytes), `git-tree:<40 hex>` (a
 source tarball whose single top folder holds exactly the tree of that git tree id: what a
 release tag's archive holds) or `none` (no checksum could be verified: never downloaded).
+A tag with submodules has gitlinks in its tree, which its archive cannot hold (each is an
+empty folder there): `git-tree:<40 hex>,PATH=<40 hex commit>,...` names them (what
+`git ls-tree TAG PATH` prints), and they take the place of those empty folders when the tree
+id is computed, so the check still compares against the tag's own tree id.
 Each artifact goes to OUTDIR/<last part of its URL>, written only once verified, and its path
 is printed. Every artifact is checked for a hash before any download. --version prints the
 pinned version only. Scripts decide by the exit status; a failure is one line on stderr:
@@ -27,10 +31,10 @@ import sys
 import tarfile
 import urllib.error
 import urllib.request
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 OK, FAILED, USAGE, UNREACHABLE, UNVERIFIED = 0, 1, 2, 3, 4
-HASH = re.compile(r"^(?:sha256:[0-9a-f]{64}|git-tree:[0-9a-f]{40}|none)$")
+HASH = re.compile(r"^(?:sha256:[0-9a-f]{64}|git-tree:[0-9a-f]{40}(?:,[^\s,=]+=[0-9a-f]{40})*|none)$")
 
 
 class Pin(NamedTuple):
@@ -60,7 +64,7 @@ def read_pins(path: str) -> Dict[Tuple[str, str], Pin]:
             continue
         if len(fields) != 5 or not HASH.match(fields[3]) or "://" not in fields[4]:
             raise Failure(USAGE, f"{path}:{number}: expected 'NAME VERSION ARCH HASH URL' with HASH "
-                                 f"sha256:<64 hex>, git-tree:<40 hex> or none, got {raw.strip()!r}")
+                                 f"sha256:<64 hex>, git-tree:<40 hex>[,PATH=<40 hex>...] or none, got {raw.strip()!r}")
         pin = Pin(*fields)
         pins[(pin.name, pin.arch)] = pin
     return pins
@@ -77,9 +81,10 @@ def select(pins: Dict[Tuple[str, str], Pin], wanted: List[str], path: str) -> Li
     return chosen
 
 
-def git_tree_id(archive: str) -> str:
+def git_tree_id(archive: str, gitlinks: Optional[Dict[str, str]] = None) -> str:
     """The git tree id of the tarball's single top folder, computed from the members alone
-    (nothing is unpacked). Links, devices and paths leaving the folder are refused."""
+    (nothing is unpacked). Links, devices and paths leaving the folder are refused. gitlinks
+    (PATH -> commit id, submodules) are entered where the tarball has at most an empty folder."""
     tree: Dict[str, object] = {}
     top = None
     try:
@@ -109,6 +114,16 @@ def git_tree_id(archive: str) -> str:
                 node[parts[-1]] = (mode, git_object("blob", data))
     except (tarfile.TarError, OSError, EOFError) as e:
         raise Failure(FAILED, f"{archive}: not a readable tarball ({e})") from None
+    for path, commit in (gitlinks or {}).items():
+        *folders, last = path.strip("/").split("/")
+        node = tree
+        for part in folders:
+            node = node.setdefault(part, {})  # type: ignore[assignment]
+            if not isinstance(node, dict):
+                raise Failure(FAILED, f"{archive}: submodule {path!r} under a file")
+        if last in node:  # a folder with files (folders without are not entered) or a file
+            raise Failure(FAILED, f"{archive}: submodule path {path!r} holds content in the tarball")
+        node[last] = ("160000", bytes.fromhex(commit))
     return git_tree(tree).hex()
 
 
@@ -148,7 +163,8 @@ def download(pin: Pin, outdir: str, timeout: float) -> str:
         reason = getattr(e, "reason", e)
         raise Failure(UNREACHABLE, f"{pin.name} {pin.version}: {pin.url} unreachable ({reason})") from None
     kind, _, want = pin.hash.partition(":")
-    got = sha.hexdigest() if kind == "sha256" else _tree_or_remove(part)
+    want, *links = want.split(",")
+    got = sha.hexdigest() if kind == "sha256" else _tree_or_remove(part, dict(l.split("=") for l in links))
     if got != want:
         _remove(part)
         raise Failure(FAILED, f"{pin.name} {pin.version} ({pin.arch}): {kind} mismatch for {pin.url}: "
@@ -157,9 +173,9 @@ def download(pin: Pin, outdir: str, timeout: float) -> str:
     return target
 
 
-def _tree_or_remove(part: str) -> str:
+def _tree_or_remove(part: str, gitlinks: Dict[str, str]) -> str:
     try:
-        return git_tree_id(part)
+        return git_tree_id(part, gitlinks)
     except Failure:
         _remove(part)
         raise
