@@ -7,9 +7,13 @@
 # Where they come from, the first that applies:
 #   1. ENROOT_PYXIS_TOOLS=DIR (told to): that folder's install.sh; nothing is downloaded.
 #   2. The releases pinned in scripts/enroot-pyxis.pins (ENROOT_PYXIS_PINS=FILE for another):
-#      Enroot's enroot and enroot+caps .deb for this machine's arch, pyxis' source tarball
-#      built here against the installed Slurm's headers. Every file is verified against its
-#      pin (scripts/fetch-pinned.py) and pyxis is built before anything is installed.
+#      the source tarballs of Enroot's tag, of the makeself its deps/makeself submodule names,
+#      and of pyxis' tag, each verified against its pin's git tree id (scripts/fetch-pinned.py).
+#      Both are built here before anything is installed: Enroot with `make FORCE_GLIBC=1`
+#      (helpers linked against this machine's glibc; kernel headers from Debian's
+#      linux-libc-dev instead of the deps/linux-headers submodule; no musl), then checked by
+#      running the built `enroot version`; pyxis against the installed Slurm's headers.
+#      Build needs: make, gcc (cc), libc6-dev (scripts/setup.sh installs them).
 #   3. When 2 cannot be used (upstream unreachable, or an artifact has no verified pin): the
 #      local folder ENROOT_PYXIS_LOCAL (enroot-setup.sh: ../shared/tools/enroot-pyxis beside
 #      the checkout) if it has install.sh; else one line saying what is missing, exit 3.
@@ -18,7 +22,10 @@
 # What 2 changes under ROOT (default /; --root DIR installs there instead, DESTDIR-style, for
 # tests: no root needed, no apt-get, and a local folder is named but not run, since its
 # install.sh installs into / only):
-#   - Enroot: `apt-get install` of the two verified .deb files (with --root: unpacked there);
+#   - Enroot's `make install` (prefix /usr, sysconfdir /etc): ROOT/usr/bin/enroot*,
+#     ROOT/usr/lib/enroot, ROOT/usr/share/enroot, ROOT/etc/enroot (what upstream's enroot .deb
+#     holds; not enroot+caps' setcap, which the lab does not use). Into /: also `apt-get install`
+#     of Enroot's run-time packages (enroot_runtime below) that are missing;
 #   - ROOT/usr/local/lib/slurm/spank_pyxis.so, ROOT/usr/local/share/pyxis/pyxis.conf (pyxis'
 #     `make install`), ROOT/etc/slurm/plugstack.conf.d/pyxis.conf and an include line in
 #     ROOT/etc/slurm/plugstack.conf (slurmd and srun load it at start: restart the cluster);
@@ -33,6 +40,9 @@ pins=${ENROOT_PYXIS_PINS:-$here/scripts/enroot-pyxis.pins}
 timeout=${ENROOT_PYXIS_TIMEOUT:-20}
 local_dir=${ENROOT_PYXIS_LOCAL:-}
 root=/
+# What Enroot runs (upstream's .deb Depends and Recommends, and the squashfuse/fuse-overlayfs it
+# suggests), the list the local folder's install.sh installs; plus curl (enroot import).
+enroot_runtime=(jq squashfs-tools parallel pigz zstd fuse-overlayfs squashfuse libcap2-bin curl)
 
 die() { echo "enroot-pyxis: $1" >&2; exit "${2:-1}"; }
 
@@ -69,11 +79,12 @@ fi
 
 fetch() { python3 "$here/scripts/fetch-pinned.py" --pins "$pins" "$@"; }
 arch=$(dpkg --print-architecture)
-enroot_version=$(fetch --version "enroot:$arch") || exit 1
+enroot_version=$(fetch --version "enroot:src") || exit 1
+makeself_version=$(fetch --version "makeself:src") || exit 1
 pyxis_version=$(fetch --version "pyxis:src") || exit 1
 slurm_full=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null || true)
 stamp=$root/var/lib/torchrun-jsc-kit/enroot-pyxis
-want="enroot $enroot_version ($arch) pyxis $pyxis_version slurm ${SLURM_INCLUDE:-${slurm_full:-none}} from $pins"
+want="enroot $enroot_version (makeself $makeself_version, $arch) pyxis $pyxis_version slurm ${SLURM_INCLUDE:-${slurm_full:-none}} from $pins"
 if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
     echo "enroot-pyxis: already installed: $want"
     exit 0
@@ -83,7 +94,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log=$work/log
 rc=0
-fetch --timeout "$timeout" "$work/dl" "enroot:$arch" "enroot+caps:$arch" "pyxis:src" \
+fetch --timeout "$timeout" "$work/dl" "enroot:src" "makeself:src" "pyxis:src" \
     >"$work/files" 2>"$work/why" || rc=$?
 why=$(sed 's/^fetch-pinned: //' "$work/why")
 case $rc in
@@ -93,11 +104,37 @@ case $rc in
             install_local "$local_dir" "$why"
             exit 0
         fi
-        die "Enroot and pyxis not installed: $why; no local folder${local_dir:+ at $local_dir} either: get them from the github.com/NVIDIA/enroot and github.com/NVIDIA/pyxis releases (pin their sha256 in ${pins#"$here/"}) or set ENROOT_PYXIS_TOOLS=DIR to a folder of builds with install.sh" 3 ;;
+        die "Enroot and pyxis not installed: $why; no local folder${local_dir:+ at $local_dir} either: reach github.com (NVIDIA/enroot, megastep/makeself, NVIDIA/pyxis: the tags pinned in ${pins#"$here/"}) or set ENROOT_PYXIS_TOOLS=DIR to a folder of builds with install.sh" 3 ;;
     *) echo "enroot-pyxis: $why" >&2; exit "$rc" ;;  # mismatch or HTTP error: nothing installed
 esac
 mapfile -t files <"$work/files"
-enroot_deb=${files[0]} caps_deb=${files[1]} pyxis_tgz=${files[2]}
+enroot_tgz=${files[0]} makeself_tgz=${files[1]} pyxis_tgz=${files[2]}
+stage=$work/stage
+mkdir -p "$stage"
+
+# --- Enroot: built before anything is installed ------------------------------------------------
+# Its `deps` step (deps/Makefile) installs deps/makeself/makeself.sh as enroot-makeself and builds
+# the in-tree libbsd parts; the linux-headers stamp tells it the kernel headers are there
+# (linux-libc-dev's, found by the compiler itself); FORCE_GLIBC skips musl. Its
+# `git submodule update` finds no repository (GIT_CEILING_DIRECTORIES) and is ignored by its
+# Makefile. `make` first, then `make install DESTDIR=`: the enroot script holds sysconfdir and
+# libdir as built, so they must not include DESTDIR.
+src=$work/enroot
+mkdir -p "$src"
+tar -xzf "$enroot_tgz" -C "$src" --strip-components=1 --no-same-owner
+mkdir -p "$src/deps/makeself" "$src/deps/linux-headers"
+tar -xzf "$makeself_tgz" -C "$src/deps/makeself" --strip-components=1 --no-same-owner
+touch "$src/deps/linux-headers/.stamp"
+enroot_make=(make FORCE_GLIBC=1 prefix=/usr sysconfdir=/etc)
+if ! (cd "$src" && export GIT_CEILING_DIRECTORIES=$work &&
+      "${enroot_make[@]}" && "${enroot_make[@]}" install DESTDIR="$stage") >>"$log" 2>&1; then
+    tail -n 5 "$log" >&2
+    die "Enroot $enroot_version: build failed (needs make, gcc, libc6-dev): nothing installed"
+fi
+built=$(ENROOT_LIBRARY_PATH=$stage/usr/lib/enroot ENROOT_SYSCONF_PATH=$stage/etc/enroot \
+        PATH=$stage/usr/bin:$PATH "$stage/usr/bin/enroot" version 2>>"$log" || true)
+[ "$built" = "$enroot_version" ] ||
+    die "Enroot $enroot_version: the built enroot says version '$built': nothing installed"
 
 # --- pyxis: built before anything is installed, against the Slurm that will load it --------
 inc=
@@ -116,8 +153,7 @@ elif [ -n "$slurm_full" ]; then
         inc=$work/slurm-dev/usr/include
     fi
 fi
-stage=$work/stage
-mkdir -p "$stage" "$work/pyxis"
+mkdir -p "$work/pyxis"
 if [ -n "$inc" ]; then
     tar -xzf "$pyxis_tgz" -C "$work/pyxis" --strip-components=1 --no-same-owner
     # CPPFLAGS from the environment: pyxis' Makefile appends it to its own flags (on the make
@@ -132,11 +168,18 @@ fi
 
 # --- install: everything above is verified and built ------------------------------------------
 if [ -z "$root" ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
-        --no-install-recommends "$enroot_deb" "$caps_deb" >>"$log" 2>&1 ||
-        { tail -n 5 "$log" >&2; die "apt-get install of Enroot $enroot_version failed"; }
-else
-    dpkg-deb -x "$enroot_deb" "$stage" && dpkg-deb -x "$caps_deb" "$stage"
+    missing=()
+    for p in "${enroot_runtime[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt_install() {
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+                --no-install-recommends "${missing[@]}" >>"$log" 2>&1
+        }
+        apt_install || { apt-get update -qq >>"$log" 2>&1 && apt_install; } ||
+            { tail -n 5 "$log" >&2; die "apt-get install of Enroot's run-time packages (${missing[*]}) failed: nothing installed"; }
+    fi
 fi
 cp -a "$stage/." "$root/"
 if [ -f "$stage/usr/local/lib/slurm/spank_pyxis.so" ]; then
