@@ -3,8 +3,9 @@
 # Idempotent; root only. Called by `make setup` (so by `make test` and `make demo`).
 #
 # Neither is packaged for Debian or on PyPI. scripts/enroot-pyxis-install.sh installs the
-# releases pinned in scripts/enroot-pyxis.pins (verified, pyxis built against the installed
-# Slurm's headers) and uses a local folder of builds only when told to (ENROOT_PYXIS_TOOLS=DIR)
+# releases pinned in scripts/enroot-pyxis.pins (source tarballs of their tags, verified by git
+# tree id and built here: Enroot with FORCE_GLIBC, pyxis against the installed Slurm's
+# headers) and uses a local folder of builds only when told to (ENROOT_PYXIS_TOOLS=DIR)
 # or when the pinned releases cannot be used (upstream unreachable, or no verified checksum):
 # then ../shared/tools/enroot-pyxis beside the checkout. With neither, it says so in one line
 # and this changes nothing; the Enroot ring-3 tests then fail saying what is missing.
