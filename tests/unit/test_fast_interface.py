@@ -116,12 +116,27 @@ def test_socket_ifname_names_the_fast_interface(tmp_path):
     assert choose("jwb0001", ["10.67.0.1"], nics(addrs, tree), "^eth,jwb").host == "10.13.0.1"
 
 
-def test_ipv4_first_then_ipv6_only(tmp_path):
+def test_ipv4_first_and_an_ipv6_only_one_keeps_the_name(tmp_path):
+    """An IPv6 literal would need brackets in --rdzv_endpoint and none in MASTER_ADDR: the
+    rule names IPv4 addresses only."""
     tree = sysfs(tmp_path, {"eth0": (1, "up"), "ib0": (32, "up"), "ib1": (32, "up")})
     addrs = {"192.168.1.4": "eth0", "fd00::5": "ib0", "10.9.0.4": "ib1"}
     assert choose("n", ["192.168.1.4"], nics(addrs, tree)).host == "10.9.0.4"
     del addrs["10.9.0.4"]
-    assert choose("n", ["192.168.1.4"], nics(addrs, tree)).host == "fd00::5"
+    assert choose("n", ["192.168.1.4"], nics(addrs, tree)) == (
+        "n", "rendezvous host n: it resolves to 192.168.1.4 on eth0; the InfiniBand interface "
+             "ib0 has no IPv4 address")
+
+
+def test_a_failing_rule_keeps_the_name_in_one_line(monkeypatch, capsys):
+    def broken():
+        raise OSError("getifaddrs\nfailed")
+    monkeypatch.setenv("SLURMD_NODENAME", "localhost")
+    monkeypatch.setattr(fast, "interface_addresses", broken)
+    assert fast.endpoint_main(["localhost"]) == 0
+    out, err = capsys.readouterr()
+    assert (out, err) == ("localhost\n", "rendezvous host localhost: by name (the fast-network "
+                                          "rule failed: getifaddrs failed)\n")
 
 
 @pytest.mark.parametrize("name, ifname, hit", [

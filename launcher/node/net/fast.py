@@ -117,8 +117,8 @@ def _ipv4(nic: Nic) -> Optional[str]:
 
 
 def fast_nics(all_nics: Sequence[Nic], ifname: Optional[str] = None) -> List[Nic]:
-    """The fast interfaces that are up and have an address, best first: IPv4 before IPv6
-    only, then by name (ib0 before ib1)."""
+    """The fast interfaces that are up and have an address, best first: those with an IPv4
+    address, then by name (ib0 before ib1)."""
     found = [n for n in all_nics if n.up and n.addresses and kind(n, ifname)]
     return sorted(found, key=lambda n: (_ipv4(n) is None, n.name))
 
@@ -142,7 +142,10 @@ def choose(node: str, resolved: Sequence[str], all_nics: Sequence[Nic],
         return Choice(node, "rendezvous host {}: it resolves to {}; no {} interface with an "
                             "address on this node".format(node, on, why))
     best = fast[0]
-    addr = _ipv4(best) or best.addresses[0]
+    addr = _ipv4(best)
+    if addr is None:  # an IPv6 literal would need brackets in an endpoint, none in MASTER_ADDR
+        return Choice(node, "rendezvous host {}: it resolves to {}; the {} interface {} has "
+                            "no IPv4 address".format(node, on, kind(best, ifname), best.name))
     return Choice(addr, "rendezvous host {}: {}'s {} interface {}, since its name resolves "
                         "to {} (set site.hostname_suffix to rendezvous by name)".format(
                             addr, node, kind(best, ifname), best.name, on))
@@ -161,11 +164,15 @@ def endpoint_main(argv: Sequence[str], sys_net: str = SYS_NET) -> int:
             node, here or "no SLURMD_NODENAME"))
         return 0
     try:
-        found = resolve_host(node, 0, 5.0, "the first node")  # type: Sequence[str]
-    except LaunchError:
-        found = ()
-    resolved = [a for a in found if not is_loopback(a)] or list(found)
-    choice = choose(node, resolved, nics(interface_addresses(), sys_net), ifname)
+        try:
+            found = resolve_host(node, 0, 5.0, "the first node")  # type: Sequence[str]
+        except LaunchError:
+            found = ()
+        resolved = [a for a in found if not is_loopback(a)] or list(found)
+        choice = choose(node, resolved, nics(interface_addresses(), sys_net), ifname)
+    except Exception as exc:  # the rule must never cost the job: the name, and why
+        choice = Choice(node, "rendezvous host {}: by name (the fast-network rule failed: "
+                              "{})".format(node, " ".join(str(exc).split()) or type(exc).__name__))
     sys.stdout.write(choice.host + "\n")
     sys.stderr.write(choice.line + "\n")
     return 0
