@@ -122,6 +122,11 @@ lab_nodes() {  # lab_nodes N SITES: "SITE K" for every node of that layout
     done
 }
 
+node_names() {  # "SITE K" lines on stdin -> their Slurm node names, one a line
+    local site k
+    while read -r site k; do site_node "$site" "$k"; done
+}
+
 all_nodes() {  # every node any layout can have (what `down` looks for)
     lab_nodes "$max_nodes" "$known_sites"
 }
@@ -237,7 +242,7 @@ write_configs() {  # write_configs N SITES
         echo "PartitionName=batch Nodes=jwb[0001-$(printf '%04d' "$n")] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=60"
         echo "PartitionName=urgent Nodes=jwb[0001-$(printf '%04d' "$n")] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
         for site in $sites; do  # the other sites' nodes: only jobs that name the partition
-            nodes=$(lab_nodes 0 "$site" | while read -r _ k; do site_node "$site" "$k"; done | paste -sd, -)
+            nodes=$(lab_nodes 0 "$site" | node_names | paste -sd, -)
             echo "PartitionName=$site Nodes=$nodes MaxTime=INFINITE State=UP"
         done
     } >"$conf_dir/slurm.conf.tmp"
@@ -273,7 +278,7 @@ write_configs() {  # write_configs N SITES
     mv -f "$conf_dir/gres.conf.tmp" "$conf_dir/gres.conf"
     mv -f "$conf_dir/mpi.conf.tmp" "$conf_dir/mpi.conf"
     mv -f "$conf_dir/slurmdbd.conf.tmp" "$conf_dir/slurmdbd.conf"
-    for name in "$ctl_name" $(lab_nodes "$n" "$sites" | while read -r site k; do site_node "$site" "$k"; done); do
+    for name in "$ctl_name" $(lab_nodes "$n" "$sites" | node_names); do
         mv -f "$state/hosts-$name.tmp" "$state/hosts-$name"
     done
 }

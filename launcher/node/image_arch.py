@@ -172,6 +172,13 @@ def node_arch_mismatch(image: str, machine: Optional[str] = None) -> Optional[st
     """For the jobscript, on the node before the launch: None when IMAGE runs on this node's
     architecture (or cannot be read: the runtime will say why), else the one line to print
     before exiting. ``machine`` defaults to os.uname().machine."""
+    found = _foreign(image, machine)
+    return found[1] if found else None
+
+
+def _foreign(image: str, machine: Optional[str] = None) -> Optional[Tuple[ImageArch, str]]:
+    """(the image's architecture, the mismatch line) where IMAGE is for another architecture
+    than this node's; None where it is not or cannot be read."""
     here = normalize_arch(machine or os.uname().machine) or (machine or os.uname().machine)
     try:
         arch = image_arch(image)
@@ -179,7 +186,7 @@ def node_arch_mismatch(image: str, machine: Optional[str] = None) -> Optional[st
         return None
     if arch.arch == here:
         return None
-    return mismatch_line(image, arch, here, f"node {os.uname().nodename}")
+    return arch, mismatch_line(image, arch, here, f"node {os.uname().nodename}")
 
 
 EMULATE_VAR = "TORCHRUN_JSC_EMULATE"  # 1: run another architecture's image under qemu-user
@@ -203,10 +210,10 @@ def main(argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
     TORCHRUN_JSC_EMULATE=1 and qemu-user registered for the image's architecture, one warning
     line instead, and 0: the job runs emulated, many times slower (the lab's arm64 test)."""
     env = os.environ if env is None else env
-    line = node_arch_mismatch(argv[0]) if argv else None
-    if not line:
+    found = _foreign(argv[0]) if argv else None
+    if found is None:
         return 0
-    arch = image_arch(argv[0]).arch
+    arch, line = found[0].arch, found[1]
     qemu = emulator(arch, binfmt)
     if env.get(EMULATE_VAR) == "1" and qemu:
         sys.stderr.write("warning: {} runs emulated ({}={}, {}): many times slower than on an "
