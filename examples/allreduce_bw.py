@@ -5,7 +5,7 @@ Run after any launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and M
 
     torchrun_jsc --standalone --nproc_per_node=2 examples/allreduce_bw.py --sizes 1M,16M,256M
 
-Backend nccl when the device is CUDA (the device by launcher/gpu.py's rule), else gloo;
+Backend nccl when the device is CUDA (the device by torchrun_jsc_kit.select_device's rule), else gloo;
 ``--backend`` forces one. For each size (bytes of float32, ascending; K/M/G are 2**10/2**20/
 2**30 as in nccl-tests), ``--warmup`` untimed then ``--iters`` timed in-place all_reduces
 (SUM; CUDA synchronised around the timed loop). ``time_s`` is the mean time of one
@@ -244,7 +244,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from launcher.gpu import select_device
+    try:  # every rank of a kit job has it (the kit's hook folder), as has an install of the kit
+        from torchrun_jsc_kit import select_device
+    except ImportError:  # run by hand from a clone: the clone's, beside this example
+        sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                     "launcher", "task", "hook"))
+        from torchrun_jsc_kit import select_device
 
     device = select_device(torch)  # GPUs requested but unusable: one line, never the CPU
     kind = "cuda" if device.type == "cuda" else "cpu"

@@ -10,14 +10,15 @@ DistributedSampler; learning rate scaled by the world size. Rank 0 writes a chec
 restarted job resumes from it. Rank 0 ends with exactly one line
 
     DDP_SUMMARY {"world_size": ..., "steps": ..., "loss_first": ..., "loss_last": ...,
-                 "params_identical": ..., "resumed_from_step": ...,
+                 "params_identical": ..., "resumed_from_step": ..., "python", "torch",
                  "allowed_cpus_min": ..., ...}
 
 --crash-rank R --crash-step S make rank R die (os._exit(3)) at step S, for failure tests.
 
-Requeue (job.requeue in the spec, launcher.requeue): the handler for $REQUEUE_SIGNAL only sets
-a flag; after each step all ranks agree on it (all_reduce MAX), rank 0 saves the checkpoint,
-writes $REQUEUE_MARKER and prints one ``DDP_STOPPED {...}`` line, and every rank exits 0. A
+Requeue (job.requeue in the spec, torchrun_jsc_kit.StopRequest): the handler for
+$REQUEUE_SIGNAL only sets a flag; after each step all ranks agree on it (all_reduce MAX), rank
+0 saves the checkpoint, writes $REQUEUE_MARKER and prints one ``DDP_STOPPED {...}`` line, and
+every rank exits 0. A
 resumed run continues with the very batch it stopped before (epoch and offset from the step),
 so an interrupted run ends with the same parameters as an uninterrupted one
 (``param_sha256`` in both lines). --step-sleep S makes each step take S seconds more.
@@ -44,12 +45,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-try:  # the kit's library: installed in the image or venv...
-    from launcher.gpu import select_device
-except ImportError:  # ...or an image without the kit: the clone's, beside this example
-    sys.path.append(str(Path(__file__).resolve().parents[1]))
-    from launcher.gpu import select_device
-from launcher.requeue import StopRequest
+try:  # every rank of a kit job has it (the kit's hook folder), as has an install of the kit
+    from torchrun_jsc_kit import StopRequest, select_device
+except ImportError:  # run by hand from a clone: the clone's, beside this example
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "launcher" / "task" / "hook"))
+    from torchrun_jsc_kit import StopRequest, select_device
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -211,6 +211,8 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device,
         "params_identical": params_identical(model, world),
         "resumed_from_step": start,
         "backend": dist.get_backend(),
+        "python": "%d.%d" % sys.version_info[:2],
+        "torch": torch.__version__,
         "hosts": sorted({host for host, _ in placement}),
         "allowed_cpus_min": min(len(cpus) for _, cpus in placement),
         "allowed_cpus": sorted({",".join(map(str, cpus)) for _, cpus in placement}),
@@ -225,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"ddp_train.py: REQUEUE_SIGNAL={stop.signal.name} needs --checkpoint-dir")
     rank, world, local_rank = read_env()
     # One visible GPU: cuda:0; several: cuda:LOCAL_RANK; GPUs requested but not usable: one
-    # line and exit, never a silent CPU run (launcher/gpu.py).
+    # line and exit, never a silent CPU run (torchrun_jsc_kit.select_device).
     device = select_device(torch, dict(os.environ, LOCAL_RANK=str(local_rank)))
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":

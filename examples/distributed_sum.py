@@ -68,11 +68,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     import torch.distributed as dist
 
-    try:  # the kit's library: installed in the image or venv...
-        from launcher.gpu import select_device
-    except ImportError:  # ...or an image without the kit: the clone's, beside this example
-        sys.path.append(str(Path(__file__).resolve().parents[1]))
-        from launcher.gpu import select_device
+    try:  # every rank of a kit job has it (the kit's hook folder), as has an install of the kit
+        from torchrun_jsc_kit import select_device
+    except ImportError:  # run by hand from a clone: the clone's, beside this example
+        sys.path.append(str(Path(__file__).resolve().parents[1] / "launcher" / "task" / "hook"))
+        from torchrun_jsc_kit import select_device
 
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(raw)

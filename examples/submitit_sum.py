@@ -38,7 +38,11 @@ def distributed_sum() -> Dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    from launcher.gpu import select_device
+    try:  # every rank of a kit job has it (the kit's hook folder), as has an install of the kit
+        from torchrun_jsc_kit import select_device
+    except ImportError:  # run by hand from a clone: the clone's, beside this example
+        sys.path.append(str(REPO / "launcher" / "task" / "hook"))
+        from torchrun_jsc_kit import select_device
 
     device = select_device(torch)  # cuda:0 or cuda:LOCAL_RANK; never a silent CPU run
     cuda = device.type == "cuda"

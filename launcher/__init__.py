@@ -10,10 +10,8 @@ HOOK_MODULE = "jsc_stacks_hook"  # as launcher.task.hook.sitecustomize.MODULE (t
 
 
 def progress() -> None:
-    """Tell the kit's progress deadline (launch.hang_timeout, docs/guide/hangs.md) that this
-    rank made progress: for stretches without collectives (evaluation on one rank, a long
-    checkpoint write) or programs whose steps issue none. Costs a dictionary look-up and an
-    increment; does nothing outside a job rendered by the kit."""
+    """Alias of ``torchrun_jsc_kit.progress()`` (launcher/task/hook/torchrun_jsc_kit), which
+    every rank of a kit job can import: use that one."""
     hook = sys.modules.get(HOOK_MODULE)
     if hook is not None:
         hook.progress()

@@ -54,12 +54,12 @@ def load_requeue(r: Reader, value: Any, time: Optional[str],
         value = {}
     m = r.mapping("job.requeue", value, _KEYS)
     signal = m.get("signal", Requeue.signal)
-    if isinstance(signal, str) and signal.upper().removeprefix("SIG") in SIGNALS:
-        signal = signal.upper().removeprefix("SIG")
-    else:
+    name = signal.upper() if isinstance(signal, str) else ""
+    name = name[3:] if name.startswith("SIG") else name  # no str.removeprefix: Python 3.8
+    if name not in SIGNALS:
         raise r.fail("job.requeue.signal", "must be USR2 or USR1 (USR2 is the default; NCCL "
                      "uses USR1; TERM is Slurm's and torchrun's own stop signal)", signal)
-    out = Requeue(signal=signal, before=_before(r, m.get("before", Requeue.before)),
+    out = Requeue(signal=name, before=_before(r, m.get("before", Requeue.before)),
                   max=r.integer("job.requeue.max", m.get("max", Requeue.max), 0, 1000))
     if time is None:
         raise r.fail("job.requeue", "needs job.time: the signal is sent job.requeue.before "

@@ -20,7 +20,8 @@ die() { echo "$prog: $*" >&2; exit 1; }
 
 python_minor() {  # the newest Python a release supports (1.13 has 3.11 wheels that fail)
     case $1 in
-        1.9.*|1.10.*) echo 3.9 ;;
+        1.9.*) echo 3.8 ;;  # the oldest Python the images have (NGC 21.xx: 3.8)
+        1.10.*) echo 3.9 ;;
         1.*) echo 3.10 ;;
         2.*) echo 3.11 ;;
         *) die "unsupported torch version '$1' (accepted: 1.9.x .. 2.x)" ;;

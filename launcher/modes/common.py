@@ -168,7 +168,7 @@ def gpu_layout(spec: JobSpec, tasks_per_node: int) -> List[str]:
     chose a distribution in job.sbatch (srun reads SLURM_DISTRIBUTION from the batch step).
     Identical GPUs are numbered in PCI bus order, which follows the sockets, so local rank i
     then runs on the socket of GPU i (cuda:LOCAL_RANK); under psslurm, whose tasks get their
-    closest GPU, either layout is right. The device rule (launcher.gpu) says so in the job's
+    closest GPU, either layout is right. The device rule (torchrun_jsc_kit.select_device) says so in the job's
     log where it does not hold."""
     if tasks_per_node < 2 or not gpus_requested(spec):
         return []

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence, Tuple, Union
 
 from launcher import hangs_script
-from launcher.requeue import MARKER_ENV, SIGNAL_ENV
+from launcher.task.hook.torchrun_jsc_kit.requeue import MARKER_ENV, SIGNAL_ENV
 from launcher.task.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
     join, literal_or_word, word
@@ -203,7 +203,7 @@ def cache_lines() -> List[Statement]:
 
 
 def requeue_names(spec: JobSpec) -> Sequence[str]:
-    # Exported by launcher.requeue_script; read by torchrun_jsc and launcher.requeue.
+    # Exported by launcher.requeue_script; read by torchrun_jsc and torchrun_jsc_kit.
     if spec.job.requeue is None:
         return ()
     return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)

@@ -11,7 +11,10 @@ the container at its own path), never from the image. Two images without the kit
 In the foreign image, under Apptainer, Enroot and pyxis, mode torchrun and mode srun complete a
 2-node all_reduce whose program still imports the image's own ``launcher`` (not the kit's) with
 the image's PYTHONPATH after the kit's hook directory; the torchrun job's log names the kit that
-ran. The hang report in the foreign image is tests/lab/test_hangs.py's (foreign-* cases).
+ran. The same program imports the kit's API ``torchrun_jsc_kit`` (progress, select_device) from
+the kit, which the image lacks, and, with job.requeue, a plain handler of its own for the
+requeue signal gets the signal on every rank when the job is sent it (``scancel -b``, as a
+preemption): the kit's hook hands it over (issue 34). The hang report in the foreign image is tests/lab/test_hangs.py's (foreign-* cases).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -41,7 +45,7 @@ SPEC = """\
 job:
   nodes: 2
   time: "00:05:00"
-  partition: batch
+  partition: batch{requeue}
 site: jsc
 {runtime}
 launch:
@@ -76,12 +80,36 @@ def foreign() -> None:
     foreign_images()
 
 
-def render(shared_tmp: Path, runtime: str, mode: str, program: str = PROGRAM) -> Path:
+def render(shared_tmp: Path, runtime: str, mode: str, program: str = PROGRAM,
+           stop: bool = True) -> Path:
+    """stop: with job.requeue, the program waits for the job's signal (--stop)."""
     spec = shared_tmp / f"foreign-{mode}.yaml"
-    spec.write_text(SPEC.format(runtime=runtime, mode=mode, program=program))
+    spec.write_text(SPEC.format(runtime=runtime, mode=mode,
+                                program=program + (", --stop" if stop else ""),
+                                requeue="\n  requeue: {before: 60}" if stop else ""))
     job = spec.with_suffix(".job")
     run([PY, "-m", "launcher", "render", str(spec), "-o", str(job)], 60)
     return job
+
+
+def run_signalled(cluster, job: Path, out: Path):
+    """Submit; once the ranks' own handlers are in place (FOREIGN_READY), send the job its
+    requeue signal as a preemption does; wait for the end."""
+    job_id = cluster.submit(str(job), ["-o", str(out)], cwd=str(REPO))
+    deadline = time.monotonic() + 300
+    while "FOREIGN_READY" not in (out.read_text() if out.exists() else ""):
+        state = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job_id], capture_output=True,
+                               text=True, timeout=30, check=False).stdout.strip()
+        assert state and time.monotonic() < deadline, \
+            f"job {job_id} ({state or 'gone'}): " + (out.read_text() if out.exists() else "")
+        time.sleep(0.2)
+    subprocess.run(["scancel", "-b", "--signal=USR2", job_id], timeout=30, check=True)
+    cluster.wait_gone(job_id, 300)
+    info = cluster.job_info(job_id)
+    return cluster.JobResult(job_id=job_id, state=info.get("JobState", "?"),
+                             exit_code=info.get("ExitCode", "?"),
+                             num_nodes=int(info.get("NumNodes", "0")), elapsed_s=0.0,
+                             output=cluster.collect_output(job_id, info, str(REPO)), info=info)
 
 
 def summary(output: str) -> dict:
@@ -97,10 +125,13 @@ def test_foreign_image_runs_the_mode(cluster, shared_tmp, foreign, runtime, mode
     job = render(shared_tmp, RUNTIMES[runtime], mode)
     text = job.read_text()
     assert 'kit="${PWD}/launcher"' in text and "python3 -c" not in text  # calls, not code
-    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "foreign-%j.out")], timeout=300,
-                          cwd=str(REPO))
+    res = run_signalled(cluster, job, shared_tmp / "foreign.out")
     assert res.state == "COMPLETED", res.output
     got = summary(res.output)
+    # The kit's API from the kit (the image has none), and the program's own handler got the
+    # job's signal on every rank.
+    assert got["kit_api"] == f"{KIT}/task/hook/torchrun_jsc_kit/__init__.py", got
+    assert got["device"] == "cpu" and got["handled"] == [["SIGUSR2"]] * 4, got
     assert got["ok"] and got["world_size"] == 4 and got["hosts"] == ["jwb0001", "jwb0002"], got
     # The program's `import launcher` is the image's own package, the kit never shadows it...
     assert got["launcher"] == "/opt/foreign/launcher/__init__.py", got
@@ -117,7 +148,7 @@ def test_demo_job_in_an_image_without_the_kit(cluster, shared_tmp, foreign):
     """The demo (examples/ddp_train.py, torchrun_jsc) in the lab's base image, which has torch
     and no kit: torchrun_jsc and the hook come from the kit, the job completes right."""
     job = render(shared_tmp, "runtime:\n  kind: apptainer\n  image: build/base-local.sif",
-                 "torchrun", "examples/ddp_train.py, --steps, '10'")
+                 "torchrun", "examples/ddp_train.py, --steps, '10'", stop=False)
     res = cluster.run_job(str(job), ["-o", str(shared_tmp / "demo-%j.out")], timeout=300,
                           cwd=str(REPO))
     assert res.state == "COMPLETED", res.output

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launcher import gpu
+from launcher.task.hook.torchrun_jsc_kit import gpu
 from launcher.task.torchrun_jsc import numa
 
 CORES, SOCKETS, NODES = 72, 4, 36

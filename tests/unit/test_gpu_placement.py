@@ -16,7 +16,7 @@ from typing import Dict
 
 import pytest
 
-from launcher import gpu
+from launcher.task.hook.torchrun_jsc_kit import gpu
 from launcher.jobscript import render_jobscript
 from tests.unit.test_spec_traps import parse
 

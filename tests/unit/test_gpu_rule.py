@@ -1,4 +1,4 @@
-"""Ring 1: the examples' one GPU rule (launcher/gpu.py), with a stand-in for torch.
+"""Ring 1: the examples' one GPU rule (torchrun_jsc_kit.select_device), with a stand-in for torch.
 
 One visible GPU -> cuda:0 (psslurm binds each task to one GPU), several -> cuda:LOCAL_RANK,
 GPUs requested but CUDA unusable -> one line and exit, never a silent CPU run."""
@@ -6,12 +6,13 @@ GPUs requested but CUDA unusable -> one line and exit, never a silent CPU run.""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from launcher import gpu
+from launcher.task.hook.torchrun_jsc_kit import gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,5 +95,6 @@ def test_select_device_refuses_a_cuda_torch_without_cuda():
 def test_examples_use_the_rule_and_no_cuda_index_of_their_own(example):
     text = (ROOT / "examples" / example).read_text()
     ast.parse(text)
-    assert "from launcher.gpu import select_device" in text and "select_device(torch" in text
+    assert re.search(r"from torchrun_jsc_kit import .*select_device", text) and \
+        "select_device(torch" in text
     assert 'torch.device("cuda"' not in text and "torch.cuda.is_available()" not in text

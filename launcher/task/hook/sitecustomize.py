@@ -6,7 +6,8 @@ there) -> every Python process of the job imports it at
 start-up -> ``launcher.node.stacks`` (``jsc-compose stacks JOBID``, or the jobscript before the job
 is killed) signals the ranks and reads what they wrote.
 
-Standard library only, Python >= 3.6, no output, never raises. It arms only a process that
+Standard library only, Python >= 3.6, no output (but the requeue hold's one line), never
+raises. It arms only a process that
 runs the user's program as a rank: one with a rank variable of the mode (the jobscript names
 them in TORCHRUN_JSC_STACKS_RANK_VARS; RANK where unset: torchrun's, accelerate's and
 deepspeed's workers, srun mode's tasks), and only the first Python process of that rank
@@ -21,11 +22,16 @@ waits in NCCL or gloo) appends every thread's Python stack to
 ``STACKS_DIR/rank-R.host-H.pid-P.txt`` (process ids repeat across nodes: the collector matches
 host and pid). Any other sitecustomize on the path after this one still runs.
 
+Requeue (only where REQUEUE_SIGNAL is set: the spec sets job.requeue): the rank holds that
+signal blocked until the program installs a handler for it, then hands it over
+(torchrun_jsc_kit/stop.py): a rank still importing torch does not die of it, and the program's
+own handler (Lightning's, submitit's, a plain signal.signal) gets it.
+
 Progress (only where the directory ``STACKS_DIR/progress`` exists: the spec sets
 launch.hang_timeout): one daemon thread wakes every ``progress/period`` seconds and reads how
 many collectives this rank has issued (torch's per-group sequence numbers, summed over every
 process group, once torch.distributed is imported: nothing is patched or wrapped) and how often
-the program called ``launcher.progress()``; when either moved it rewrites the one-line mark
+the program called ``torchrun_jsc_kit.progress()``; when either moved it rewrites the one-line mark
 ``progress/rank-R``. At exit the mark says done. The watcher in the batch shell
 (launcher.node.stacks ``watch``) reads the marks. Nothing runs per step.
 """
@@ -37,10 +43,10 @@ DIR_ENV = "TORCHRUN_JSC_STACKS"  # the directory the dumps go to (set by the job
 PID_ENV = "TORCHRUN_JSC_STACKS_PID"  # the armed process of this rank
 RANK_VARS_ENV = "TORCHRUN_JSC_STACKS_RANK_VARS"  # the mode's rank variables, space-separated
 RANK_ENVS = ("RANK",)  # where the jobscript names none
-MODULE = "jsc_stacks_hook"  # this module in sys.modules, for launcher.progress()
+MODULE = "jsc_stacks_hook"  # this module in sys.modules, for torchrun_jsc_kit.progress()
 MARK_WIDTH = 128  # bytes of a mark: rewritten in place, never truncated (a reader sees a whole one)
 _keep = []  # the open dump file: faulthandler writes to its descriptor
-_calls = [0]  # launcher.progress() calls of this rank
+_calls = [0]  # torchrun_jsc_kit.progress() calls of this rank
 
 
 def _rank(env):
@@ -91,6 +97,17 @@ def drop_deprecated_fr(env, torch_version=None):
     return same
 
 
+def _arm_stop(env):
+    """job.requeue: hold the requeue signal until the program installs its own handler
+    (torchrun_jsc_kit/stop.py), in the rank's first Python process only (as the stacks)."""
+    rank = _rank(env)
+    if rank is None or env.get(PID_ENV) or not env.get("REQUEUE_SIGNAL"):
+        return
+    from torchrun_jsc_kit import stop
+
+    stop.arm(env, rank)
+
+
 def _arm(env):
     directory, rank = env.get(DIR_ENV), _rank(env)
     if not directory or rank is None or env.get(PID_ENV):
@@ -122,7 +139,7 @@ def _arm(env):
 
 
 def progress():
-    """launcher.progress(): the program says this rank made progress (an int increment)."""
+    """torchrun_jsc_kit.progress(): the program says this rank made progress (an int increment)."""
     _calls[0] += 1
 
 
@@ -222,6 +239,10 @@ def _chain():
 
 
 sys.modules[MODULE] = sys.modules[__name__]
+try:
+    _arm_stop(os.environ)  # first: PID_ENV, set by _arm, marks this rank's process as armed
+except Exception:
+    pass
 try:
     _arm(os.environ)
 except Exception:

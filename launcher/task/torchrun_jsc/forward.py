@@ -13,10 +13,10 @@ included, so a worker still importing torch (no handler yet) would die of it: th
 fails the step (job 100: exit 143, job 104: exit 1 in the 4th attempt). So the agent blocks
 the signals instead of only catching them: a thread waits for them with sigwait, and the
 blocked mask is inherited by every worker (fork and exec keep it). A worker's early signal
-stays pending until its handler is in place (launcher.requeue.StopRequest unblocks it then);
-a program without a handler never sees it. The program's handler only sets a flag, so a
-worker may get the signal twice (from Slurm and forwarded). A worker that neither catches nor
-blocks the signal is skipped, never killed by forwarding.
+stays pending until the program installs a handler for it (its own or torchrun_jsc_kit's
+StopRequest: the kit's hook hands the signal over then, torchrun_jsc_kit/stop.py). A worker
+may get the signal twice (from Slurm and forwarded). A worker that neither catches nor blocks
+the signal is skipped, never killed by forwarding.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import signal
 import sys
 import threading
 from typing import Callable, List, Mapping, Tuple
+
+from launcher.task.hook.torchrun_jsc_kit.requeue import signal_named
 
 ENV = "TORCHRUN_JSC_FORWARD_SIGNALS"
 ALLOWED = ("USR1", "USR2")
@@ -39,12 +41,15 @@ def parse(text: str) -> Tuple[signal.Signals, ...]:
     """'USR2' or 'SIGUSR1,USR2' -> signals; '' -> none."""
     out: List[signal.Signals] = []
     for item in filter(None, (x.strip() for x in text.split(","))):
-        name = item.upper().removeprefix("SIG")
-        if name not in ALLOWED:
+        try:
+            sig = signal_named(item)
+        except KeyError:
+            sig = None
+        if sig is None or sig.name[3:] not in ALLOWED:
             raise ForwardError(f"{ENV}: expected a comma-separated list of USR1, USR2, got "
                                f"{text!r} (TERM/INT/HUP/QUIT are torch's own: it stops the "
                                "workers on them)")
-        out.append(signal.Signals[f"SIG{name}"])
+        out.append(sig)
     return tuple(dict.fromkeys(out))
 
 

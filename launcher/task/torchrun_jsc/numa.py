@@ -9,7 +9,7 @@ Grace socket is nearest; that node is what a memory-only one stands for.
 
 Patch (private API, the agent process only, where torch computes the binding): wrap
 ``_get_numa_node_index_for_gpu_index`` so that a node without CPUs maps to the nearest one
-with CPUs (launcher.gpu.nearest_cpu_node). Applied only with --numa-binding and only when this
+with CPUs (torchrun_jsc_kit.gpu.nearest_cpu_node). Applied only with --numa-binding and only when this
 torch has that function (the one check); nodes with CPUs pass through unchanged.
 """
 
@@ -19,7 +19,7 @@ import sys
 from types import ModuleType
 from typing import Callable, Dict, Optional
 
-from launcher.gpu import nearest_cpu_node
+from launcher.task.hook.torchrun_jsc_kit.gpu import nearest_cpu_node
 
 PATCHED = "_torchrun_jsc_memory_only_nodes"
 

@@ -11,7 +11,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
-from launcher.gpu import device_index  # noqa: E402 - the repository's, not an installed one
+from launcher.task.hook.torchrun_jsc_kit.gpu import device_index  # noqa: E402 - the repository's
 
 visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
 local_rank = int(os.environ["LOCAL_RANK"])
