@@ -146,7 +146,8 @@ def torchrun_options(r: Reader, m: Mapping[str, Any]) -> TorchrunOptions:
 
 
 def torchrun_argv(spec: JobSpec) -> List[Token]:
-    """torchrun_jsc for one node; the program runs as written (--no-python)."""
+    """torchrun_jsc for one node; the program runs as written (--no_python: torch 1.9-1.12's
+    torchrun knows only that spelling, later ones both)."""
     launch = spec.launch
     options: TorchrunOptions = launch.options
     return [*command_argv(spec), word("--nnodes=", NNODES),
@@ -154,7 +155,7 @@ def torchrun_argv(spec: JobSpec) -> List[Token]:
             word("--rdzv_endpoint=", RDZV_HOST, ":", RDZV_PORT), word("--rdzv_id=", JOB_ID),
             rdzv_conf_arg(spec), f"--max_restarts={options.max_restarts}",
             *([f"--numa-binding={options.numa_binding}"] if options.numa_binding else []),
-            "--no-python", *program_argv(spec)]
+            "--no_python", *program_argv(spec)]
 
 
 # Tasks of one node fill a socket before the next (Slurm's default within a node is cyclic:

@@ -121,7 +121,7 @@ def test_node_count_comes_from_the_allocation(fakes):
         assert rec["argv"][:8] == ["--nnodes=3", "--nproc_per_node=4", "--rdzv_backend=c10d",
                                    "--rdzv_endpoint=jwb0001i:29742", "--rdzv_id=4242",
                                    "--rdzv_conf=join_timeout=603,read_timeout=121",
-                                   "--max_restarts=0", "--no-python"]
+                                   "--max_restarts=0", "--no_python"]
     assert fakes.records("scontrol")[0]["argv"] == ["show", "hostnames", "jwb[0001-0003]"]
 
 

@@ -486,8 +486,9 @@ def recorder(prog: str, argv: List[str]) -> int:
     if prog == "python3" and kit_program(argv):  # recorded as the command it runs
         prog, argv, extra = argv[1], argv[2:], {"run": argv[0]}  # "run": KIT/task/run.py
     _record(prog, argv, extra)
-    if prog.startswith("torchrun") and "--no-python" in argv:
-        cmd = argv[argv.index("--no-python") + 1:]
+    flag = next((f for f in ("--no_python", "--no-python") if f in argv), None)
+    if prog.startswith("torchrun") and flag:
+        cmd = argv[argv.index(flag) + 1:]
         env = dict(os.environ, RANK="0", LOCAL_RANK="0")
         return subprocess.run(cmd, env=env, check=False).returncode
     return _program() if prog == "python3" else int(os.environ.get("FAKE_PROGRAM_RC", "0"))

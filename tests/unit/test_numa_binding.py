@@ -33,7 +33,7 @@ def test_numa_binding_reaches_torchrun_jsc(mode, binding):
     text = render(f"job: {{nodes: 2}}\nlaunch: {{mode: {mode}, numa_binding: {binding}}}\n"
                   "program: [python3, train.py]\n")
     flat = " ".join(text.replace("\\\n", " ").split())  # the launch line, unwrapped
-    assert f" --max_restarts=0 --numa-binding={binding} --no-python python3 train.py &" in flat
+    assert f" --max_restarts=0 --numa-binding={binding} --no_python python3 train.py &" in flat
     assert flat.count("--numa-binding") == 1
 
 

@@ -132,7 +132,7 @@ def test_ddp_container_launch_line():
         word("--rdzv_id=", Var("SLURM_JOB_ID")),
         word("--rdzv_conf=join_timeout=", Var("rdzv_join_timeout"), ",read_timeout=",
              Var("rdzv_read_timeout"), Var("rdzv_conf_user")),
-        "--max_restarts=0", "--no-python",
+        "--max_restarts=0", "--no_python",
         "python3", "-u", "examples/ddp_train.py", "--steps", "20"]
     text = rendered("ddp_container.yaml")
     assert "#SBATCH --gpus-per-node=4" in text and "#SBATCH --ntasks-per-node=1" in text
