@@ -219,11 +219,15 @@ cmd_paths() {
 }
 
 # A foreign ARCH runs %post and %test emulated: register qemu first (root; idempotent).
+# Its progress lines pass through (fd 3); its failure line becomes the cause in this one.
 need_emulation() {
+    local err
     [ "$ARCH" = "$HOST_ARCH" ] && return 0
-    bash "$repo/scripts/qemu-setup.sh" "$ARCH" ||
-        die "ARCH=$ARCH on this $HOST_ARCH host needs qemu-user-static registered (see above)"
-}
+    if ! err=$(bash "$repo/scripts/qemu-setup.sh" "$ARCH" 2>&1 >&3); then
+        err=$(printf '%s\n' "$err" | tail -n 1)
+        die "ARCH=$ARCH on this $HOST_ARCH host needs qemu-user-static registered: ${err#qemu-setup: }"
+    fi
+} 3>&1
 
 base_desc() {
     case $1 in
