@@ -504,7 +504,11 @@ cmd_base() {
                   --build-arg "FILES=$repo/containers/files")
             # The registry's index entry for ARCH; an archive holds one architecture already.
             if [ "$ARCH" != "$HOST_ARCH" ] && [ "${src[0]}" = docker ]; then arch_opt=(--arch "$ARCH"); fi
-            hint="could not build on $(base_desc ngc) for $ARCH: check access to nvcr.io (apptainer registry login --username '\$oauthtoken' docker://nvcr.io for private tags) and that the tag has a linux/$ARCH image, or copy it elsewhere (docker save / skopeo copy) and pass NGC_FROM=docker-archive:PATH" ;;
+            if [ "${src[0]}" != docker ]; then
+                hint="could not build on $(base_desc ngc): check that ${src[1]} is a ${src[0]} of a linux/$ARCH image with python3 and torch"
+            else
+                hint="could not build on $(base_desc ngc) for $ARCH: check access to nvcr.io (apptainer registry login --username '\$oauthtoken' docker://nvcr.io for private tags) and that the tag has a linux/$ARCH image, or copy it elsewhere (docker save / skopeo copy) and pass NGC_FROM=docker-archive:PATH"
+            fi ;;
         cuda)
             prepare_cuda
             args=(--build-arg "ROOTFS=$build/rootfs/bookworm-$ARCH"
