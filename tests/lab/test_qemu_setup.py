@@ -6,7 +6,9 @@ installs qemu from apt when it never was (trixie's, once, about 20 s), writes th
 that update-binfmts cannot enable, and says so in one line. Checked afterwards from outside that
 namespace: the entry has flag F and a hand-made aarch64 ELF runs in an empty chroot (no qemu
 inside, as in a container's root filesystem), so the machine is left registered. Without root
-the script refuses in one line."""
+the script refuses in one line, and so does a foreign-ARCH image build (before any work).
+
+Assumes an x86_64 host, as the lab's."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 QEMU_SETUP = REPO / "scripts" / "qemu-setup.sh"
+BUILD_IMAGE = REPO / "scripts" / "build-image.sh"
 BINFMT = "/proc/sys/fs/binfmt_misc"
 MSG = b"aarch64 ok\n"
 
@@ -50,6 +53,7 @@ umount $b
 [ -e $b/register ] && {{ echo "STILL MOUNTED"; exit 9; }}
 echo "FRESH: not registered, binfmt_misc not mounted"
 unshare --user bash {QEMU_SETUP} arm64 2>&1 >/dev/null | sed 's/^/NONROOT /'
+ARCH=arm64 FAKEROOT=1 unshare --user bash {BUILD_IMAGE} base ngc 2>&1 >/dev/null | sed 's/^/BUILD /'
 exec bash {QEMU_SETUP} arm64
 """
 
@@ -64,8 +68,13 @@ def test_registers_from_nothing_and_leaves_the_machine_registered(tmp_path: Path
     assert out[1] == ("NONROOT qemu-setup: qemu-aarch64 is not registered in "
                       f"{BINFMT} with flags F (or qemu is older than 8.1); as root: "
                       "bash scripts/qemu-setup.sh arm64"), done.stdout
+    # A foreign-ARCH build without root stops before any work, with qemu-setup's line as cause.
+    assert out[2] == ("BUILD build-image: ARCH=arm64 on this amd64 host needs qemu-user-static "
+                      f"registered: qemu-aarch64 is not registered in {BINFMT} with flags F (or "
+                      "qemu is older than 8.1); as root: bash scripts/qemu-setup.sh arm64"), \
+        done.stdout
     assert all(ln.startswith("qemu-setup: installing qemu-user-static binfmt-support from ")
-               for ln in out[2:-1]) and len(out) <= 4, done.stdout
+               for ln in out[3:-1]) and len(out) <= 5, done.stdout
     conf = Path("/usr/lib/binfmt.d/qemu-aarch64.conf")
     how = f"from {conf}" if conf.is_file() else "by update-binfmts"
     assert out[-1].startswith(f"qemu-setup: qemu-aarch64 registered {how} ("), done.stdout
