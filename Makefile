@@ -49,8 +49,9 @@ torch-compat: setup
 # BASE=local (default on amd64, CI): Debian bookworm via debootstrap + the on-disk torch wheel.
 # BASE=cuda (default on arm64: PyPI has no CPU torch for aarch64): Debian + torch's CUDA 13
 #   and NCCL wheels from PyPI (requirements/cuda.txt); multi-GB, never part of `make test`.
-# BASE=docker: pinned official PyTorch CUDA image (DOCKER_FROM=... to change it; x86_64 only,
-#   NGC's nvcr.io/nvidia/pytorch images are multi-arch).
+# BASE=docker: pinned official PyTorch CUDA image (DOCKER_FROM=... to change it; x86_64 only).
+# BASE=ngc: pinned NGC PyTorch image (NGC_FROM=...; multi-arch), the base that builds without
+#   root (FAKEROOT=1; local and cuda need real root for debootstrap): JUPITER's login nodes.
 # The base is cached in build/base-$(BASE).sif; image.sif is a thin launcher layer on it.
 # Names: amd64 keeps image.sif & co.; BASE=cuda adds -cuda, arm64 adds -arm64
 # (image-cuda.sif, image-cuda-arm64.sif, build/base-cuda-arm64.sif); `make image-names` says.
@@ -59,7 +60,7 @@ ARCH ?= $(HOST_ARCH)
 override ARCH := $(patsubst x86_64,amd64,$(patsubst aarch64,arm64,$(ARCH)))
 BASE ?= $(if $(filter arm64,$(ARCH)),cuda,local)
 ASFX := $(if $(filter amd64,$(ARCH)),,-$(ARCH))
-TAG := $(if $(filter cuda,$(BASE)),-cuda)$(ASFX)
+TAG := $(if $(filter cuda ngc,$(BASE)),-$(BASE))$(ASFX)
 BASE_SIF := build/base-$(BASE)$(ASFX).sif
 IMAGE_SIF := image$(TAG).sif
 HOROVOD_SIF := horovod$(TAG).sif
@@ -68,7 +69,9 @@ export ARCH
 TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
 # Horovod on this base needs the -devel variant (nvcc, NCCL headers).
 DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
-export TORCH_WHEEL DOCKER_FROM
+# NGC's tags are multi-arch; docker-archive:PATH or oci-archive:PATH take a local copy.
+NGC_FROM ?= nvcr.io/nvidia/pytorch:25.12-py3
+export TORCH_WHEEL DOCKER_FROM NGC_FROM
 BUILD_IMAGE := bash scripts/build-image.sh
 LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
 # The layers' build commands name their input and output only where they differ from the
@@ -86,6 +89,12 @@ build/base-docker$(ASFX).sif: containers/base-docker.def containers/files/verbs_
 build/base-cuda$(ASFX).sif: containers/base-cuda.def containers/files/verbs_check.py containers/files/cuda_check.py \
                             requirements/cuda.txt requirements/cuda-debian.txt
 	$(BUILD_IMAGE) base cuda
+build/base-ngc$(ASFX).sif: containers/base-ngc.def containers/files/verbs_check.py build/ngc-from.vars
+	$(BUILD_IMAGE) base ngc
+build/ngc-from.vars: FORCE
+	@mkdir -p build
+	@echo "NGC_FROM=$(NGC_FROM)" >$@.new
+	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 build/docker-from.vars: FORCE
 	@mkdir -p build
 	@echo "DOCKER_FROM=$(DOCKER_FROM)" >$@.new

@@ -23,7 +23,7 @@
 # previous image untouched and no half-written file. Failures end with one line saying
 # what to do. Durations go to build/image-times.json (read by `make bench`).
 # Environment: ARCH (above), FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor, zstd),
-# TORCH_WHEEL (local base), DOCKER_FROM (docker base), MIRROR (Debian mirror), PY (a host
+# TORCH_WHEEL (local base), DOCKER_FROM (docker base), NGC_FROM (ngc base), MIRROR (Debian mirror), PY (a host
 # python with pip, for `pip download`; default: the project venv, else python3, else a small
 # venv made here in build/tools-venv), PYPI_INDEX (the index the CUDA base's wheels come from;
 # asked with pip --isolated so that a local find-links such as /opt/wheels cannot win).
@@ -33,6 +33,9 @@ cd "$repo"
 build=$repo/build
 TORCH_WHEEL=${TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}
 DOCKER_FROM=${DOCKER_FROM:-pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime}
+# NGC's PyTorch image (multi-arch: amd64 and arm64), the unprivileged base for JUPITER; also
+# docker-archive:PATH or oci-archive:PATH (a copy made where the registry is reachable).
+NGC_FROM=${NGC_FROM:-nvcr.io/nvidia/pytorch:25.12-py3}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 COMPRESS=${COMPRESS:-zstd}
 PY=${PY:-}
@@ -85,6 +88,22 @@ preflight() {
         die "building images needs root: run as root (sudo make ...), or FAKEROOT=1 make ... to build unprivileged with apptainer build --fakeroot (needs /etc/subuid entries; the local base's debootstrap needs real root)"
     fi
     mkdir -p "$build/logs"
+}
+
+# debootstrap makes device nodes and chroots: real root only, which neither FAKEROOT=1
+# (apptainer build --fakeroot) nor a user namespace gives; without root it fails late with
+# errors that look like a mirror problem. BASE=local runs it in Apptainer's debootstrap
+# bootstrap, BASE=cuda on the host (make_rootfs, after the 2.7 GB of wheels) unless cached.
+# need_real_root NAME: refuse before any work.
+need_real_root() {
+    local name=$1
+    [ "$(id -u)" = 0 ] && return 0
+    case $name in
+        local) ;;
+        cuda) rootfs_cached && return 0 ;;
+        *) return 0 ;;
+    esac
+    die "BASE=$name needs real root (uid $(id -u) here): its Debian root filesystem comes from debootstrap, which FAKEROOT=1 cannot run; without root: FAKEROOT=1 make image ARCH=$ARCH BASE=ngc (NGC's PyTorch image, unprivileged), or as root: sudo make image ARCH=$ARCH BASE=$name"
 }
 
 # Options every `apptainer build` gets.
@@ -209,8 +228,19 @@ run_test() {
 commit_output() { mv -f "$tmp_out" "$1"; tmp_out=""; echo "build-image: wrote $1"; }
 
 base_sif() { echo "$build/base-$1$ASFX.sif"; }
-# image_tag NAME: what the layers built on base NAME add to their names (-cuda, -arm64).
-image_tag() { if [ "$1" = cuda ]; then echo "-cuda$ASFX"; else echo "$ASFX"; fi; }
+# image_tag NAME: what the layers built on base NAME add to their names (-cuda, -ngc, -arm64).
+image_tag() { case $1 in cuda|ngc) echo "-$1$ASFX" ;; *) echo "$ASFX" ;; esac; }
+
+# ngc_source: the bootstrap agent and source of NGC_FROM (a registry tag or a local archive).
+ngc_source() {
+    case $NGC_FROM in
+        docker-archive:*|oci-archive:*)
+            [ -f "${NGC_FROM#*:}" ] || die "NGC_FROM=$NGC_FROM: no such file (docker-archive:PATH or oci-archive:PATH, or a registry tag such as nvcr.io/nvidia/pytorch:25.12-py3)"
+            echo "${NGC_FROM%%:*}"; echo "${NGC_FROM#*:}" ;;
+        *://*) die "NGC_FROM=$NGC_FROM: give the registry image without a scheme (nvcr.io/nvidia/pytorch:TAG), or docker-archive:PATH / oci-archive:PATH" ;;
+        *) echo docker; echo "$NGC_FROM" ;;
+    esac
+}
 
 cmd_paths() {
     local name=${1:?base name} tag
@@ -219,16 +249,21 @@ cmd_paths() {
 }
 
 # A foreign ARCH runs %post and %test emulated: register qemu first (root; idempotent).
+# Its progress lines pass through (fd 3); its failure line becomes the cause in this one.
 need_emulation() {
+    local err
     [ "$ARCH" = "$HOST_ARCH" ] && return 0
-    bash "$repo/scripts/qemu-setup.sh" "$ARCH" ||
-        die "ARCH=$ARCH on this $HOST_ARCH host needs qemu-user-static registered (see above)"
-}
+    if ! err=$(bash "$repo/scripts/qemu-setup.sh" "$ARCH" 2>&1 >&3); then
+        err=$(printf '%s\n' "$err" | tail -n 1)
+        die "ARCH=$ARCH on this $HOST_ARCH host needs qemu-user-static registered: ${err#qemu-setup: }"
+    fi
+} 3>&1
 
 base_desc() {
     case $1 in
         local) echo "debootstrap:bookworm+$(basename "$TORCH_WHEEL")" ;;
         docker) echo "docker://$DOCKER_FROM" ;;
+        ngc) case $NGC_FROM in *-archive:*) echo "$NGC_FROM" ;; *) echo "docker://$NGC_FROM" ;; esac ;;
         cuda) echo "debootstrap:bookworm/$ARCH+pypi:torch==$(pin torch)" ;;
         *) echo "$1" ;;
     esac
@@ -385,12 +420,22 @@ stage_cuda_site() {
 # Debian bookworm for ARCH via the host's debootstrap (Apptainer's debootstrap bootstrap always
 # takes the host's architecture); cached per package list and mirror. Its second stage runs
 # emulated for a foreign ARCH. The Debian versions are checked against the pins afterwards.
-make_rootfs() {
-    local dir=$build/rootfs/bookworm-$ARCH stamp pkgs log=$build/logs/rootfs-$ARCH.log start
+rootfs_pkgs() {
+    local pkgs
     pkgs=$(sed -e 's/#.*//' -e 's/=.*//' "$CUDA_DEBS" | xargs | tr ' ' ,)
     [ -n "$pkgs" ] || die "${CUDA_DEBS#"$repo"/} lists no packages"
-    stamp=$dir.complete-$(printf '%s %s' "$pkgs" "$MIRROR" | md5sum | cut -c1-12)
-    [ -f "$stamp" ] && [ -d "$dir" ] && return 0
+    echo "$pkgs"
+}
+rootfs_stamp() {  # the file that says build/rootfs/bookworm-ARCH is complete for these inputs
+    echo "$build/rootfs/bookworm-$ARCH.complete-$(printf '%s %s' "$(rootfs_pkgs)" "$MIRROR" | md5sum | cut -c1-12)"
+}
+rootfs_cached() { [ -f "$(rootfs_stamp)" ] && [ -d "$build/rootfs/bookworm-$ARCH" ]; }
+
+make_rootfs() {
+    local dir=$build/rootfs/bookworm-$ARCH stamp pkgs log=$build/logs/rootfs-$ARCH.log start
+    pkgs=$(rootfs_pkgs)
+    stamp=$(rootfs_stamp)
+    rootfs_cached && return 0
     command -v debootstrap >/dev/null || die "debootstrap not found: apt-get install debootstrap (or sudo make setup)"
     rm -rf "$dir" "$build/rootfs/bookworm-$ARCH.complete-"*
     mkdir -p "$build/rootfs" "$build/logs"
@@ -422,20 +467,23 @@ prepare_cuda() {
 
 cmd_prepare() {
     [ "${1:-}" = cuda ] || die "usage: build-image.sh prepare cuda (downloads and lays out the CUDA base's parts for ARCH)"
+    need_real_root cuda
     preflight
     need_emulation
     prepare_cuda
 }
 
 cmd_base() {
-    local name=${1:?base name: local, docker or cuda} out=${2:-} start hint args=() arch_opt=()
+    local name=${1:?base name: local, docker, cuda or ngc} out=${2:-} start hint args=() arch_opt=() src=()
     [ -n "$out" ] || out=$(base_sif "$name")
-    [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local, BASE=docker or BASE=cuda (containers/base-*.def)"
+    [ -f "containers/base-$name.def" ] || die "unknown base '$name': use BASE=local, BASE=docker, BASE=cuda or BASE=ngc (containers/base-*.def)"
+    if [ "$name" = ngc ]; then mapfile -t src < <(ngc_source); [ "${#src[@]}" = 2 ] || exit 1; fi
     # Apptainer's debootstrap bootstrap always takes the host's architecture, and PyPI has no
     # CPU torch for aarch64 (its 2.13 wheel is the CUDA 13 build): a foreign ARCH uses BASE=cuda.
     if [ "$name" = local ] && [ "$ARCH" != "$HOST_ARCH" ]; then
         die "BASE=local builds only for this host's architecture ($HOST_ARCH), not ARCH=$ARCH: make image ARCH=$ARCH BASE=cuda (torch from PyPI, the default for ARCH=arm64)"
     fi
+    need_real_root "$name"
     preflight
     need_emulation
     lock_or_skip "$out" || return 0
@@ -451,6 +499,16 @@ cmd_base() {
             # A registry base of another architecture: the image index's ARCH entry.
             if [ "$ARCH" != "$HOST_ARCH" ]; then arch_opt=(--arch "$ARCH"); fi
             hint="could not fetch docker://$DOCKER_FROM for $ARCH: check registry access (or apptainer registry login) and that the tag has a linux/$ARCH image, or build on the local base: make image BASE=local" ;;
+        ngc)
+            args=(--build-arg "BOOTSTRAP=${src[0]}" --build-arg "FROM=${src[1]}"
+                  --build-arg "FILES=$repo/containers/files")
+            # The registry's index entry for ARCH; an archive holds one architecture already.
+            if [ "$ARCH" != "$HOST_ARCH" ] && [ "${src[0]}" = docker ]; then arch_opt=(--arch "$ARCH"); fi
+            if [ "${src[0]}" != docker ]; then
+                hint="could not build on $(base_desc ngc): check that ${src[1]} is a ${src[0]} of a linux/$ARCH image with python3 and torch"
+            else
+                hint="could not build on $(base_desc ngc) for $ARCH: check access to nvcr.io (apptainer registry login --username '\$oauthtoken' docker://nvcr.io for private tags) and that the tag has a linux/$ARCH image, or copy it elsewhere (docker save / skopeo copy) and pass NGC_FROM=docker-archive:PATH"
+            fi ;;
         cuda)
             prepare_cuda
             args=(--build-arg "ROOTFS=$build/rootfs/bookworm-$ARCH"
@@ -522,6 +580,9 @@ cmd_horovod() {
     local name=${1:?base name} out=${2:-} base start gpu=none
     [ -n "$out" ] || out=$repo/horovod$(image_tag "$name").sif
     # The CUDA base carries CUDA's runtime libraries from PyPI, not nvcc and NCCL's headers.
+    if [ "$name" = ngc ]; then
+        die "horovod-image on BASE=ngc is not built by the kit (untested): make horovod-image BASE=local, or BASE=docker DOCKER_FROM=<a -devel image>"
+    fi
     if [ "$name" = cuda ]; then
         die "horovod with NCCL needs nvcc and NCCL headers, which BASE=cuda (runtime wheels) leaves out: make horovod-image BASE=local (CPU, $HOST_ARCH) or BASE=docker DOCKER_FROM=<a -devel image with linux/$ARCH>"
     fi
@@ -557,6 +618,10 @@ cmd_horovod() {
 
 cmd_launchers() {
     local base=${1:-$repo/image.sif} out=${2:-$repo/launchers.sif} start
+    # The wheelhouse is for bookworm's Python 3.11; NGC's images have their own Python.
+    case $(basename "$base") in
+        image-ngc*) die "launchers-image on BASE=ngc is not built by the kit (its wheels are for the Debian bases' Python 3.11, not NGC's): pip install -r requirements/launchers.txt in a layer of your own" ;;
+    esac
     preflight
     need_emulation
     lock_or_skip "$out" || return 0

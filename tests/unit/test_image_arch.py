@@ -7,6 +7,7 @@ architecture, and what cannot work is refused in one line before anything is bui
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,6 +49,10 @@ def test_default_image_builds_exactly_what_it_always_built() -> None:
                        "horovod-cuda-arm64.sif", "launchers-cuda-arm64.sif"]),
     ("aarch64", "docker", ["build/base-docker-arm64.sif", "image-arm64.sif", "horovod-arm64.sif",
                            "launchers-arm64.sif"]),
+    ("amd64", "ngc", ["build/base-ngc.sif", "image-ngc.sif", "horovod-ngc.sif",
+                      "launchers-ngc.sif"]),
+    ("arm64", "ngc", ["build/base-ngc-arm64.sif", "image-ngc-arm64.sif", "horovod-ngc-arm64.sif",
+                      "launchers-ngc-arm64.sif"]),
 ])
 def test_makefile_and_script_agree_on_names(arch: str, base: str, names: list[str]) -> None:
     r = script("paths", base, ARCH=arch)
@@ -118,3 +123,91 @@ def test_qemu_older_than_8_1_is_not_enough(version: str, ok: bool) -> None:
     r = subprocess.run(["bash", "-c", f'MIN_QEMU=8.1\nnew_enough() {{{fn}\n}}\nnew_enough "$1"',
                         "bash", version], timeout=30)
     assert (r.returncode == 0) == ok
+
+
+@pytest.mark.parametrize("command,base,arch", [
+    ("base", "cuda", "arm64"), ("prepare", "cuda", "arm64"), ("base", "cuda", HOST),
+    ("base", "local", HOST)])
+def test_debootstrap_bases_without_real_root_are_refused_before_any_work(
+        command: str, base: str, arch: str, tmp_path: Path) -> None:
+    """FAKEROOT=1 make image ARCH=arm64 as a JUPITER user: debootstrap (BASE=local, BASE=cuda)
+    needs real root, which --fakeroot does not give; it used to fail after the 2.7 GB of wheels
+    with a hint about the mirror. Run as uid 65534 (a user namespace when the tests run as
+    root); an unused mirror makes sure no cached root filesystem lets it through."""
+    nobody = ["unshare", "--user"] if os.getuid() == 0 else []
+    env = {k: v for k, v in os.environ.items() if k != "ARCH"} | {
+        "ARCH": arch, "FAKEROOT": "1", "MIRROR": "http://mirror.invalid/debian",
+        "PY": str(tmp_path / "no-python")}  # pip would fail loudly, not silently download
+    r = subprocess.run([*nobody, "bash", str(SCRIPT), command, base], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=REPO)
+    assert r.returncode == 1 and r.stdout == "", r
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"build-image: BASE={base} needs real root (uid "), r.stderr
+    assert "debootstrap, which FAKEROOT=1 cannot run" in r.stderr
+    assert f"FAKEROOT=1 make image ARCH={arch} BASE=ngc" in r.stderr
+
+
+# --- BASE=ngc: the unprivileged path (JUPITER login nodes, no root) --------------------------
+NGC_DEF = REPO / "containers" / "base-ngc.def"
+
+
+def test_ngc_base_is_one_pinned_multi_arch_tag_everywhere() -> None:
+    """The Makefile, the script and the definition default to the same NGC tag, a pinned
+    YY.MM release (NGC's pytorch tags are multi-arch), never a moving one."""
+    make = re.search(r"^NGC_FROM \?= (\S+)$", (REPO / "Makefile").read_text(), re.M).group(1)
+    script_default = re.search(r"NGC_FROM=\$\{NGC_FROM:-([^}]+)\}", SCRIPT.read_text()).group(1)
+    args = sections(NGC_DEF.read_text())["arguments"]
+    def_default = re.search(r"^\s*FROM=(\S+)$", args, re.M).group(1)
+    assert make == script_default == def_default
+    assert re.fullmatch(r"nvcr\.io/nvidia/pytorch:\d\d\.\d\d-py3", make), make
+
+
+def test_ngc_base_passes_exactly_its_arguments() -> None:
+    """cmd_base's ngc branch passes every argument base-ngc.def declares and no other
+    (Apptainer rejects an unused --build-arg only after the pull)."""
+    text = SCRIPT.read_text()
+    body = text.split("\ncmd_base() {\n", 1)[1].split("\n}\n", 1)[0]
+    branch = body.split("\n        ngc)\n", 1)[1].split(";;", 1)[0]
+    passed = set(re.findall(r'--build-arg "(\w+)=', branch))
+    declared = {ln.split("=", 1)[0].strip()
+                for ln in sections(NGC_DEF.read_text())["arguments"].splitlines() if "=" in ln}
+    assert passed == declared == {"BOOTSTRAP", "FROM", "FILES"}
+    assert "arch_opt=(--arch \"$ARCH\")" in branch  # the index's entry for a foreign ARCH
+
+
+def test_ngc_recipe_adds_what_the_kit_needs_without_apt_where_ngc_has_it() -> None:
+    text = NGC_DEF.read_text()
+    assert "Bootstrap: {{ BOOTSTRAP }}" in text and "From: {{ FROM }}" in text
+    found = sections(text)
+    post = found["post"]
+    for pkg in ("libibverbs1", "ibverbs-providers", "librdmacm1", "numactl"):
+        assert pkg in post
+    # apt runs only for what is missing, and then as a one-uid fakeroot namespace allows.
+    guard = post.index('if [ -n "$missing" ]; then')
+    assert all(post.index(cmd) > guard for cmd in ("apt-get -o APT::Sandbox::User=root update",
+                                                    "apt-get -o APT::Sandbox::User=root install"))
+    assert ": >/etc/environment" in post and "10-docker2singularity.sh" in post
+    assert "verbs_check.py" in post and "import torch" in post
+    assert "import torch" in found["test"] and "verbs_check.py" in found["test"]
+    assert "/etc/environment" in found["environment"]
+
+
+def test_ngc_copied_as_archive_or_bad_source_is_one_line(tmp_path: Path) -> None:
+    """NGC_FROM=docker-archive:PATH / oci-archive:PATH take a copy made where nvcr.io is
+    reachable; a missing file or a scheme is refused in one line, before anything is built."""
+    for value, expect in [
+            (f"docker-archive:{tmp_path}/none.tar", f"NGC_FROM=docker-archive:{tmp_path}/none.tar: no such file"),
+            (f"oci-archive:{tmp_path}/none.tar", f"NGC_FROM=oci-archive:{tmp_path}/none.tar: no such file"),
+            ("docker://nvcr.io/nvidia/pytorch:25.12-py3", "give the registry image without a scheme")]:
+        r = script("base", "ngc", NGC_FROM=value, ARCH=HOST)
+        assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r
+        assert r.stderr.startswith("build-image: ") and expect in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("target", ["horovod-image", "launchers-image"])
+def test_ngc_layers_the_kit_does_not_build_are_refused_in_one_line(target: str) -> None:
+    command = {"horovod-image": ["horovod", "ngc"],
+               "launchers-image": ["launchers", "image-ngc.sif", "launchers-ngc.sif"]}[target]
+    r = script(*command, ARCH=HOST)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    assert "on BASE=ngc is not built by the kit" in r.stderr

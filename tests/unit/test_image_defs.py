@@ -42,7 +42,8 @@ def script_args(command: str) -> set[str]:
 
 def test_there_are_definitions() -> None:
     assert {d.name for d in DEFS} == {"base-local.def", "base-docker.def", "base-cuda.def",
-                                      "pytorch.def", "horovod.def", "launchers.def"}
+                                      "base-ngc.def", "pytorch.def", "horovod.def",
+                                      "launchers.def"}
 
 
 @pytest.mark.parametrize("definition", DEFS, ids=lambda d: d.name)
@@ -58,7 +59,7 @@ def test_script_passes_only_arguments_the_definition_uses(definition: str, comma
     passed = script_args(command)
     declared = declared_args((REPO / "containers" / definition).read_text())
     if command == "base":  # cmd_base serves every base; the docker one takes FROM, the cuda one more
-        for other in ("base-docker.def", "base-cuda.def"):
+        for other in ("base-docker.def", "base-cuda.def", "base-ngc.def"):
             declared |= declared_args((REPO / "containers" / other).read_text())
     assert passed and passed <= declared
 
