@@ -74,3 +74,9 @@ def test_install_ignores_build_and_ships_all_of_launcher(tmp_path: Path) -> None
     # The shell files the jobscripts call by path are among them (package data).
     assert {"launcher/node/job.sh", "launcher/task/hook.sh"} <= installed
     assert not (target / "build").exists() and not (target / "rootfs").exists()
+    # The program's API at the top level as well, for programs run outside a kit job.
+    api = {str(p.relative_to(target / "torchrun_jsc_kit")) for p in
+           (target / "torchrun_jsc_kit").glob("*.py")}
+    assert api == {p.name for p in (src / "launcher/task/hook/torchrun_jsc_kit").glob("*.py")}
+    assert sorted(p.name for p in target.iterdir() if not p.name.endswith(".dist-info")) == \
+        ["bin", "launcher", "torchrun_jsc_kit"]
