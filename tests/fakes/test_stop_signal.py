@@ -45,10 +45,14 @@ sig = signal.SIGUSR2
 mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 print("started", signal.getsignal(sig) == signal.SIG_DFL, sig in mask, flush=True)
 got = []
-if sys.argv[1] == "early":
+def handler(s, f):
+    got.append(s)
+    if sys.argv[1] == "reinstall":  # an old idiom: the handler installs itself again
+        signal.signal(sig, handler)
+if sys.argv[1] in ("early", "reinstall"):
     sys.stdin.readline()
 if sys.argv[1] != "none":
-    signal.signal(sig, lambda s, f: got.append(s))
+    signal.signal(sig, handler)
 print("installed", flush=True)
 sys.stdin.readline()
 n = 0
@@ -91,8 +95,9 @@ def finish(p: subprocess.Popen) -> List[str]:
 
 @pytest.mark.parametrize("python", PYTHONS, ids=[f"python-{k}" for k in PYTHONS])
 @pytest.mark.parametrize("blocked", [True, False], ids=["torchrun-worker", "srun-task"])
-def test_early_signal_is_held_then_handed_to_the_programs_own_handler(python, blocked):
-    p = start(PYTHONS[python], "early", env(), blocked)
+@pytest.mark.parametrize("how", ["early", "reinstall"])
+def test_early_signal_is_held_then_handed_to_the_programs_own_handler(python, blocked, how):
+    p = start(PYTHONS[python], how, env(), blocked)
     assert p.stdout.readline().split() == ["started", "True", "True"]  # held, no handler
     os.kill(p.pid, signal.SIGUSR2)  # Slurm signals every process of the step
     line = p.stderr.readline()

@@ -36,7 +36,7 @@ class Hold(object):
         self.signals = tuple(signals)
         self.rank = rank
         self.say = say
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a handler may install one again while it is held
         self.handled = set()  # signals the program installed a handler for
         self.pending = set()  # signals taken by the thread before that
         self.main = threading.main_thread().ident
@@ -48,21 +48,23 @@ class Hold(object):
         with self.lock:
             self.handled.add(sig)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-            if sig in self.pending:
-                self.pending.discard(sig)
-                self.say("torchrun_jsc_kit: rank %s: %s handed to the program's handler, "
-                         "which it installed after the signal came" % (self.rank, sig.name))
-                signal.pthread_kill(self.main, sig)
+            held = sig in self.pending
+            self.pending.discard(sig)
+        if held:  # outside the lock: the handler may run at once and install another
+            self.say("torchrun_jsc_kit: rank %s: %s handed to the program's handler, which "
+                     "it installed after the signal came" % (self.rank, sig.name))
+            signal.pthread_kill(self.main, sig)
 
     def took(self, sig):
         """The waiting thread took ``sig``: pass it on, or hold it and say so."""
         with self.lock:
-            if sig in self.handled:
-                signal.pthread_kill(self.main, sig)
-                return
-            first = sig not in self.pending
-            self.pending.add(sig)
-        if first:
+            handled = sig in self.handled
+            first = not handled and sig not in self.pending
+            if not handled:
+                self.pending.add(sig)
+        if handled:
+            signal.pthread_kill(self.main, sig)
+        elif first:
             self.say("torchrun_jsc_kit: rank %s: %s came before the program installed a "
                      "handler for it: held until it does (a program without one is not "
                      "stopped by it and runs to its time limit; docs/guide/requeue.md)"
