@@ -21,6 +21,16 @@ kit=$(cd -P -- "$kit" && pwd)
 # Node 0's torchrun_jsc (launcher/task/run.py) names the kit it runs in the job's log.
 export TORCHRUN_JSC_KIT_LOG=1
 
+# A site profile's defaults (launcher/model.py SITE_PROFILES): export each NAME=VALUE where
+# the job's environment (a module, the submit environment) has no value; one it has is kept.
+jsc_defaults() {  # NAME=VALUE...
+    local pair name
+    for pair in "$@"; do
+        name=${pair%%=*}
+        export "$name=${!name:-${pair#*=}}"
+    done
+}
+
 # cpus_per_node: the CPUs of one task per node, the smallest node's count in
 # SLURM_JOB_CPUS_PER_NODE (e.g. 48(x2),32). Every srun asks for its own on its command line
 # (--cpus-per-task; Slurm >= 23.11 ignores SRUN_CPUS_PER_TASK, and a bound task's workers all
@@ -131,6 +141,25 @@ jsc_image_arch() {  # IMAGE
     [ "$rc" -ne 3 ]
 }
 
+# enroot_name: NAME-SIZE-MTIME of the squashfs IMAGE (enroot_image): a rebuilt image gets a
+# fresh container, an unchanged one is reused by later jobs (Enroot and pyxis keep named
+# containers across jobs).
+jsc_enroot_name() {  # NAME IMAGE
+    enroot_image=$2
+    enroot_stamp=$(stat -L -c %s-%Y -- "$enroot_image")
+    enroot_name="$1-$enroot_stamp"
+}
+
+# The doctor's step (launcher/doctor/ship.py): STEP... runs its checks on every node, one srun
+# task each; their reports go to `doctor OUTPUT` here with doctor_conf, the rendezvous and the
+# node list: table (launch.preflight: printed, a cross fails) or json (for `jsc-compose
+# doctor`). doctor_t0: the table reports the step's duration.
+jsc_doctor() {  # OUTPUT STEP...
+    doctor_t0=$(date +%s.%N)
+    "${@:2}" | python3 -I "$kit/node/run.py" doctor "$1" "$doctor_conf" "$rdzv_host" \
+        "$rdzv_port" "$hostnames" "$doctor_t0"
+}
+
 # Caches (Enroot, pyxis): the container's root is read-only and $HOME is not mounted, so
 # Triton (torch.compile), Hugging Face, torch hub and pip write to a node-local per-user
 # directory unless set (docs/guide/runtimes.md: Caches).
@@ -229,7 +258,7 @@ jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER: in the background; jsc_after_launch 
 }
 
 # launch_rc: the launch's exit status (started with & just before: $!), waited for again
-# while a trap interrupted the wait and the launch still runs.
+# while a trap interrupted the wait and the launch still runs; then jsc_after_launch.
 jsc_wait_launch() {
     launch_pid=$!
     launch_rc=0
@@ -238,6 +267,7 @@ jsc_wait_launch() {
         launch_rc=0
         wait "$launch_pid" || launch_rc=$?
     done
+    jsc_after_launch
 }
 
 # After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where

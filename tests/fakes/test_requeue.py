@@ -127,7 +127,7 @@ def test_mpirun_modes_signal_mpirun_not_the_steps(fakes):
     """mpirun is the batch shell's child and forwards SIGUSR1/2 to its ranks; its orted
     daemons are a step that must not get the signal."""
     text = fakes.render(spec(mode="mpirun_torchrun")).read_text()
-    assert "jsc_requeue_setup USR2 2 kill\n" in text and "scancel" not in text  # job.sh: kill -s
+    assert "\njsc_requeue_setup USR2 2 kill  # " in text and "scancel" not in text  # kill -s
 
 
 def test_refused_requeue_ends_with_how_to_resume(fakes):

@@ -117,13 +117,16 @@ def test_watcher_only_when_the_spec_asks():
         assert text not in plain, text
     hang = render_jobscript(spec_with("{mode: torchrun, hang_timeout: 600}"))
     lines = hang.splitlines()
-    assert "# Progress deadline (launch.hang_timeout: 600 s): each rank's hook notes its " \
-        "progress every" in lines
-    setup, deadline = lines.index("jsc_hangs_setup RANK"), lines.index("jsc_deadline_setup 60")
+    command = [line.split("  # ")[0] for line in lines]  # without a line's trailing comment
+    assert "jsc_deadline_setup 60  # launch.hang_timeout 600 s: progress noted every 60 s" \
+        in lines
+    setup, deadline = command.index("jsc_hangs_setup RANK"), lines.index(
+        "jsc_deadline_setup 60  # launch.hang_timeout 600 s: progress noted every 60 s")
     watch = lines.index("jsc_watch 600 60 30")  # TIMEOUT PERIOD KILL_AFTER
     launch = next(i for i, line in enumerate(lines) if line.startswith("srun --kill-on-bad"))
     assert setup < deadline < watch == launch - 1
-    assert lines[-3:] == ["jsc_wait_launch", "jsc_after_launch", 'exit "$launch_rc"']
+    assert lines[-2:] == ["jsc_wait_launch", 'exit "$launch_rc"']
+    assert function_body("jsc_wait_launch").rstrip().endswith("done\n    jsc_after_launch")
     # What those do: the kit's functions (launcher/node/job.sh).
     assert function_body("jsc_deadline_setup").split("\n")[1:] == [
         '    mkdir -p -- "$hangs_dir/progress"',
@@ -145,7 +148,7 @@ def test_watcher_with_requeue_before_its_verdict():
     base = ("job: {nodes: 2, time: '1:00:00', requeue: true}\nsite: jsc\n"
             "program: [python3, t.py]\n")
     lines = render_jobscript(spec_with("{hang_timeout: 300}", base)).splitlines()
-    assert lines[-3:] == ["jsc_wait_launch", "jsc_after_launch", "jsc_requeue_verdict USR2 3"]
+    assert lines[-2:] == ["jsc_wait_launch", "jsc_requeue_verdict USR2 3"]
     assert lines.index("jsc_watch 300 30 30") < lines.index("jsc_wait_launch")
 
 
