@@ -31,6 +31,12 @@ jsc_defaults() {  # NAME=VALUE...
     done
 }
 
+# A time in a log line: the node's local time with its zone, to the second (launcher/node/
+# stacks.py TIME_FORMAT: the same), e.g. 2026-11-27 13:03:41 CET.
+jsc_now() {
+    date "+%Y-%m-%d %H:%M:%S %Z"
+}
+
 # cpus_per_node: the CPUs of one task per node, the smallest node's count in
 # SLURM_JOB_CPUS_PER_NODE (e.g. 48(x2),32). Every srun asks for its own on its command line
 # (--cpus-per-task; Slurm >= 23.11 ignores SRUN_CPUS_PER_TASK, and a bound task's workers all
@@ -236,7 +242,7 @@ jsc_stacks_srun() {
 jsc_print_stacks() {  # SIGNAL
     if [ "$jsc_stacks_done" = 1 ]; then return; fi
     jsc_stacks_done=1
-    echo "job ${SLURM_JOB_ID}: $1 at $(date +%s.%N): every rank's stack (jsc-compose stacks)"
+    echo "job ${SLURM_JOB_ID}: $1 at $(jsc_now): every rank's stack (jsc-compose stacks)"
     jsc_stacks_srun | python3 -I "$kit/node/run.py" stacks report "${SLURM_JOB_ID}" || true
 }
 
@@ -312,7 +318,7 @@ jsc_requeue_setup() {  # SIGNAL MAX scancel|kill
 
 jsc_on_requeue_signal() {  # SIGNAL
     jsc_requeue_signalled=1
-    echo "job ${SLURM_JOB_ID}: SIG$1 at $(date +%s.%N), passed on to every rank"
+    echo "job ${SLURM_JOB_ID}: SIG$1 at $(jsc_now), passed on to every rank"
     if [ -z "$launch_pid" ]; then return; fi
     if [ "$jsc_requeue_pass_on" = kill ]; then
         kill -s "$1" "$launch_pid" 2>/dev/null || true
@@ -369,7 +375,7 @@ jsc_requeue_verdict() {  # SIGNAL MAX
         exit 75
     fi
     if scontrol requeue "$SLURM_JOB_ID"; then
-        echo "job ${SLURM_JOB_ID}: requeued at $(date +%s.%N)"
+        echo "job ${SLURM_JOB_ID}: requeued at $(jsc_now)"
     else
         # A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the
         # checkpoint is saved, so say how to go on rather than end as if the work were done.

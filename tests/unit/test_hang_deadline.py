@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -109,6 +110,17 @@ def function_body(name: str) -> str:
     text = JOB_SH.read_text(encoding="utf-8")
     body = text[text.index(f"\n{name}() {{") + 1:]
     return body[:body.index("\n}\n")].replace("\\\n", " ")
+
+
+def test_one_time_format_in_every_log_line():
+    """Times in the kit's log lines are human (the node's local time with its zone), the same
+    in the batch script (job.sh jsc_now) and the watcher (stacks.time_text); no line prints
+    a raw epoch (date +%s)."""
+    assert function_body("jsc_now").split("\n")[1:] == [f'    date "+{stacks.TIME_FORMAT}"']
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", stacks.time_text(1795791228.42))
+    text = JOB_SH.read_text(encoding="utf-8")
+    assert [line for line in text.splitlines() if "echo" in line and "date" in line] == []
+    assert text.count("$(jsc_now)") == 3  # the stacks' signal, the requeue signal, the requeue
 
 
 def test_watcher_only_when_the_spec_asks():
@@ -307,7 +319,7 @@ def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatc
     # The last progress was at the 3rd look (start + 15): the deadline passed at start + 45.
     assert clock.sleeps[:9] == [5] * 9 and clock.sleeps[9] == 30
     assert out.startswith(f"job 77: no progress for 30 s (launch.hang_timeout 30) at "
-                          f"{start + 45:.6f}: every rank's stack"), out
+                          f"{stacks.time_text(start + 45)}: every rank's stack"), out
     assert "\nstacks: 3 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch " \
         "at data.py:17\n" in out
     assert (tmp_path / "no-progress").read_text() == (
