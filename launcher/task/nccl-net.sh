@@ -32,7 +32,8 @@ jsc_lib() {  # NAME: where the dynamic loader finds NAME (as dlopen looks), else
         fi
     done
     IFS=$jsc_ifs
-    jsc_cached=$(jsc_ldconfig | awk -v n="$1" '$1 == n { sub(/.* => /, ""); print; exit }')
+    jsc_cached=$(jsc_ldconfig | awk -v n="$1" '$1 == n { sub(/.* => /, ""); print; exit }' \
+        2>/dev/null)  # an image without awk: no cache lookup
     if [ -n "$jsc_cached" ]; then printf '%s\n' "$jsc_cached"; return 0; fi
     for jsc_dir in /lib64 /usr/lib64 /lib /usr/lib; do
         if [ -e "$jsc_dir/$1" ]; then printf '%s\n' "$jsc_dir/$1"; return 0; fi
@@ -65,7 +66,8 @@ jsc_names() {  # the library names NCCL (then RCCL) tries, one a line, in its or
 
 jsc_unloaded() {  # plugins NCCL does not load by default: their paths, ", "-separated
     {
-        jsc_ldconfig | awk '$1 ~ /^lib[nr]ccl-net-.*\.so$/ { sub(/.* => /, ""); print }'
+        jsc_ldconfig | awk '$1 ~ /^lib[nr]ccl-net-.*\.so$/ { sub(/.* => /, ""); print }' \
+            2>/dev/null
         jsc_ifs=$IFS
         IFS=:
         for jsc_dir in ${LD_LIBRARY_PATH:-} /lib64 /usr/lib64 /lib /usr/lib; do
@@ -74,7 +76,7 @@ jsc_unloaded() {  # plugins NCCL does not load by default: their paths, ", "-sep
             done
         done
         IFS=$jsc_ifs
-    } | awk '!seen[$0]++ { printf "%s%s", (n++ ? ", " : ""), $0 }'
+    } | awk '!seen[$0]++ { printf "%s%s", (n++ ? ", " : ""), $0 }' 2>/dev/null
 }
 
 jsc_said=""

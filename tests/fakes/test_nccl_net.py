@@ -134,3 +134,23 @@ def test_only_node_0_task_0_speaks_and_only_under_cray_ex(tmp_path):
     off = hook(tmp_path, bin_dir, LD_LIBRARY_PATH=str(lib), TORCHRUN_JSC_OFI_NCCL="")
     assert (off.stdout, off.stderr) == ("unset|unset|unset", "")
 
+
+
+def test_an_image_without_awk_still_finds_the_plugin_quietly(tmp_path):
+    """Only sh's builtins and the fakes on PATH: the library path still counts, and nothing
+    but the one line reaches the log."""
+    lib = lib_dir(tmp_path, "libnccl-net.so")
+    env = {"PATH": str(fake_bin(tmp_path)), "TORCHRUN_JSC_OFI_NCCL": "1",
+           "LD_LIBRARY_PATH": str(lib)}
+    done = subprocess.run(["/bin/sh", str(HOOK), "/bin/sh", "-c", SHOW], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=30, check=True)
+    assert done.stdout == "OFI|unset|unset"
+    assert done.stderr == f"torchrun-jsc: NCCL net plugin {lib}/libnccl-net.so (NCCL's " \
+        "default name): NCCL_NET=OFI\n"
+    missing = subprocess.run(["/bin/sh", str(HOOK), "/bin/sh", "-c", SHOW], capture_output=True,
+                             text=True, env={**env, "LD_LIBRARY_PATH": "/nonexistent"},
+                             cwd=tmp_path, timeout=30, check=True)
+    assert missing.stderr.startswith("torchrun-jsc: no NCCL net plugin (aws-ofi-nccl; tried "
+                                     "libnccl-net.so, librccl-net.so): NCCL between nodes"), \
+        missing.stderr
+    assert missing.stderr.count("\n") == 1
