@@ -2,7 +2,7 @@
 
 Where it sits: spec -> modes (plans) -> **hangs_script** (lines for jobscript) -> text. Pure:
 the lines call the kit's own code (launcher/node/job.sh ``jsc_hangs_setup``, ``jsc_watch``,
-``jsc_after_launch``; launcher/task/hook.sh and hook/sitecustomize.py; launcher/node/stacks.py),
+``jsc_wait_launch``; launcher/task/hook.sh and hook/sitecustomize.py; launcher/node/stacks.py),
 never carry it. docs/guide/hangs.md for users.
 
 - The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
@@ -137,16 +137,12 @@ def setup_lines(spec: Optional[JobSpec] = None,
     the variables, the flight recorder, the traps) for the mode's ``rank_vars``
     (launcher.modes: LaunchMode.rank_vars); with launch.hang_timeout the progress marks."""
     out: List[Statement] = [
-        Raw("# Hangs (docs/guide/hangs.md): stacks on demand (jsc-compose stacks JOBID) and "
-            "before the job is\n# killed, the flight recorder; the ranks armed: those "
-            "with one of these variables."),
-        Raw(join(["jsc_hangs_setup", *rank_vars]))]
+        Raw(join(["jsc_hangs_setup", *rank_vars]) + "  # stacks, flight recorder "
+            "(docs/guide/hangs.md) in processes with " + (" or ".join(rank_vars) or "none"))]
     timeout = None if spec is None else spec.launch.hang_timeout
     if timeout is not None:
-        out += [Raw(f"# Progress deadline (launch.hang_timeout: {timeout} s): each rank's hook "
-                    f"notes its progress every\n# {progress_period(timeout)} s; the watcher "
-                    "(below) ends the job once none made any for that long."),
-                Raw(f"jsc_deadline_setup {progress_period(timeout)}")]
+        out += [Raw(f"jsc_deadline_setup {progress_period(timeout)}  # launch.hang_timeout "
+                    f"{timeout} s: progress noted every {progress_period(timeout)} s")]
     return out
 
 
@@ -158,21 +154,14 @@ def watch_lines(spec: JobSpec) -> List[str]:
     return [f"jsc_watch {timeout} {progress_period(timeout)} {KILL_AFTER_S}"]
 
 
-def after_launch(spec: JobSpec) -> str:
-    """After the launch was waited for: launcher/node/job.sh ``jsc_after_launch`` (the flight
-    recorder's dumps named; with launch.hang_timeout the watcher stopped and, if it ended the
-    job, its line last and exit 124)."""
-    return "jsc_after_launch"
+def launch_lines(launch: str) -> List[str]:
+    """The launch in the background and waited for (launcher/node/job.sh ``jsc_wait_launch``,
+    then ``jsc_after_launch``: the flight recorder's dumps named; with launch.hang_timeout the
+    watcher stopped and, if it ended the job, its line last and exit 124), so that the traps
+    above run while it runs; its exit status is the job's, as in the foreground."""
+    return [launch + " &", "jsc_wait_launch", 'exit "$launch_rc"']
 
 
-def launch_lines(launch: str, after_wait: str = "") -> List[str]:
-    """The launch in the background and waited for (jsc_wait_launch), so that the traps
-    above run while it runs; its exit status is the job's, as in the foreground.
-    ``after_wait``: a line right after the wait (:func:`after_launch`)."""
-    return [launch + " &", "jsc_wait_launch", *([after_wait] if after_wait else []),
-            'exit "$launch_rc"']
-
-
-__all__ = ["EXIT_NO_PROGRESS", "HOOK_SCRIPT", "NAMES", "after_launch", "hook_argv",
+__all__ = ["EXIT_NO_PROGRESS", "HOOK_SCRIPT", "NAMES", "hook_argv",
            "launch_lines", "progress_period", "sbatch_options", "seconds_text",
            "setup_lines", "stacks_srun", "watch_lines"]

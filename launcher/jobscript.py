@@ -107,23 +107,25 @@ def site_lines(spec: JobSpec) -> List[Statement]:
     values = [Assign(name, value, export=True) for name, value in site.env
               if name not in site.env_defaults]
     if site.env_defaults:
-        values.append(Raw(f"# Site profile {site.profile}'s defaults: a value the job's "
-                          "environment (e.g. a module) has is kept."))
-        values += [_default_line(name, value) for name, value in site.env
-                   if name in site.env_defaults]
+        values += [Raw(f"# Site profile {site.profile}'s defaults, where the job's environment "
+                       "(e.g. a module) has none:"),
+                   _defaults_line([(name, value) for name, value in site.env
+                                   if name in site.env_defaults])]
     return out + values
 
 
 _PLAIN_DEFAULT = re.compile(r"[A-Za-z0-9._,:/+@%^-]*\Z")
 
 
-def _default_line(name: str, value: str) -> Raw:
-    """``export NAME="${NAME:-value}"``. Only the built-in profiles have defaults (model
+def _defaults_line(pairs: List[Tuple[str, str]]) -> Raw:
+    """``jsc_defaults NAME=value...`` (launcher/node/job.sh: each exported where the job's
+    environment has no value). Only the built-in profiles have defaults (model
     SITE_PROFILES), and their values are plain words: anything else is a bug here."""
-    if not _PLAIN_DEFAULT.match(value):
-        raise ValueError(f"site profile default {name}={value!r} is not a plain word")
-    Var(name)  # validates the name
-    return Raw(f'export {name}="${{{name}:-{value}}}"')
+    for name, value in pairs:
+        if not _PLAIN_DEFAULT.match(value):
+            raise ValueError(f"site profile default {name}={value!r} is not a plain word")
+        Var(name)  # validates the name
+    return Raw(join(["jsc_defaults", *(f"{name}={value}" for name, value in pairs)]))
 
 
 def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
@@ -141,7 +143,8 @@ def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
 
 def node_count_lines() -> List[Statement]:
     """Batch scope: $nnodes, which every per-node srun (launcher.runtimes.node_srun) uses."""
-    return [Raw("# The node count comes from the allocation: #SBATCH --nodes is its only source."),
+    return [Raw("# The allocation gives the node count (#SBATCH --nodes is its only source) and "
+                "the first node."),
             Raw('nnodes="$SLURM_JOB_NUM_NODES"')]
 
 
@@ -150,7 +153,6 @@ def rendezvous_lines(spec: JobSpec) -> List[Statement]:
     when the node list has no first node. The jobscript's and submitit's one preamble."""
     port = spec.launch.rdzv_port
     return [
-        Raw("# Rendezvous on the first node of the allocation, by its inter-node name."),
         Raw("jsc_first_node || exit 1"),
         *host_lines(spec.site),
     ] + [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
@@ -243,10 +245,9 @@ def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
     """The launch (with the progress watcher when launch.hang_timeout is set); its exit
     status is the job's."""
     argv = join(plan.step.argv)
-    after = hangs_script.after_launch(spec)
     return [f"# Launch: {plan.step.comment}.", *hangs_script.watch_lines(spec),
-            *(requeue_script.launch_lines(spec, argv, after) if spec.job.requeue
-              else hangs_script.launch_lines(argv, after))]
+            *(requeue_script.launch_lines(spec, argv) if spec.job.requeue
+              else hangs_script.launch_lines(argv))]
 
 
 __all__ = ["MASTER_ENV", "node_count_lines", "render_jobscript", "rendezvous_lines",

@@ -236,20 +236,21 @@ JSC_SUFFIXES = SuffixRule((("juwels", "i"), ("juwelsbooster", "i"), ("jurecadc",
 #   May 2026): FI_MR_CACHE_MONITOR=userfaultfd, FI_CXI_DISABLE_HOST_REGISTER=1,
 #   FI_CXI_DEFAULT_CQ_SIZE=131072, FI_CXI_DEFAULT_TX_SIZE=2048, FI_CXI_RDZV_PROTO=alt_read,
 #   FI_CXI_RDZV_EAGER_SIZE/THRESHOLD/GET_MIN=0, FI_CXI_RX_MATCH_MODE=hybrid, NCCL_CROSS_NIC=1,
-#   NCCL_NET_GDR_LEVEL=PHB; and NCCL_PROTO=^LL128 (CSCS's NCCL settings; LL128 over
-#   GPUDirect corrupts data, NVIDIA/nccl#2001).
-# - TORCHRUN_JSC_OFI_NCCL=1: each task (launcher/task/hook.sh, in its container) exports
-#   NCCL_NET="AWS Libfabric" where the image has the libfabric plugin (libnccl-net*.so), so a
-#   plugin that fails to load fails loudly instead of falling back to TCP; without it, node 0
-#   says in one line that NCCL between nodes runs over TCP sockets.
+#   NCCL_NET_GDR_LEVEL=PHB.
+# - TORCHRUN_JSC_OFI_NCCL=1: what only the node can tell, decided in each task's container
+#   (launcher/task/nccl-net.sh, sourced by hook.sh): NCCL_NET=OFI where the net plugin is
+#   found as NCCL looks for it (NCCL_NET_PLUGIN, libnccl-net.so; RCCL's librccl-net.so), so a
+#   plugin that fails to load fails loudly instead of falling back to TCP, else one line
+#   saying NCCL between nodes runs over TCP sockets; and NCCL_PROTO=^LL128 on aarch64 (Grace:
+#   GH200, GB200) only, where LL128 corrupts data (NVIDIA/nccl#2001; CSCS's and HPE's
+#   settings for GH200).
 CRAY_EX_ENV_DEFAULTS = (
     ("FI_CXI_DEFAULT_CQ_SIZE", "131072"), ("FI_CXI_DEFAULT_TX_SIZE", "2048"),
     ("FI_CXI_DISABLE_HOST_REGISTER", "1"), ("FI_CXI_RDZV_EAGER_SIZE", "0"),
     ("FI_CXI_RDZV_GET_MIN", "0"), ("FI_CXI_RDZV_PROTO", "alt_read"),
     ("FI_CXI_RDZV_THRESHOLD", "0"), ("FI_CXI_RX_MATCH_MODE", "hybrid"),
     ("FI_MR_CACHE_MONITOR", "userfaultfd"), ("NCCL_CROSS_NIC", "1"),
-    ("NCCL_NET_GDR_LEVEL", "PHB"), ("NCCL_PROTO", "^LL128"), ("NCCL_SOCKET_IFNAME", "hsn"),
-    ("TORCHRUN_JSC_OFI_NCCL", "1"))
+    ("NCCL_NET_GDR_LEVEL", "PHB"), ("NCCL_SOCKET_IFNAME", "hsn"), ("TORCHRUN_JSC_OFI_NCCL", "1"))
 SITE_PROFILES = {
     "jsc": Site("jsc", hostname_suffix=JSC_SUFFIXES, env=JSC_ENV_DEFAULTS,
                 env_defaults=tuple(n for n, _ in JSC_ENV_DEFAULTS), module_purge=True,

@@ -75,8 +75,7 @@ def cpu_lines(spec: JobSpec, srun_tasks_per_node: int, launch_srun: bool = True,
     each = "" if not launch_srun else ", the launch's task the same" if n == 1 \
         else f", each of the launch's {n} a share"
     out: List[Statement] = one_thread_per_core(spec) + [
-        Raw(f"# CPUs on each srun's command line: a task per node gets the node's{each}."),
-        Raw("jsc_cpus_per_node")]
+        Raw(f"jsc_cpus_per_node  # CPUs per srun: a task per node gets the node's{each}")]
     if launch_srun:
         out.append(Raw(f'cpus_per_task="{share}"'))
     out += [Raw(f'export {name}="$cpus_per_task"') for name in export_names]

@@ -43,21 +43,18 @@ def setup_lines(spec: JobSpec, via_mpirun: bool) -> List[Statement]:
     q = spec.job.requeue
     if q is None:
         return []
-    return [Raw(f"# Requeue (job.requeue): SIG{q.signal} {q.before} s before the time limit "
-                "or at a preemption; every rank\n# saves and exits, then the job is "
-                f"requeued, at most {q.max} times."),
-            Raw(f"jsc_requeue_setup {q.signal} {q.max} {'kill' if via_mpirun else 'scancel'}")]
+    return [Raw(f"jsc_requeue_setup {q.signal} {q.max} {'kill' if via_mpirun else 'scancel'}  "
+                f"# job.requeue: SIG{q.signal} {q.before} s before the time limit or at a "
+                "preemption")]
 
 
-def launch_lines(spec: JobSpec, launch: str, after_wait: str = "") -> List[str]:
-    """The launch in the background (a trap runs only between commands), then the verdict
-    (launcher/node/job.sh ``jsc_requeue_verdict``). ``after_wait``: a line right after the
-    wait (launcher.hangs_script.after_launch)."""
+def launch_lines(spec: JobSpec, launch: str) -> List[str]:
+    """The launch in the background (a trap runs only between commands) and waited for
+    (launcher/node/job.sh ``jsc_wait_launch``), then the verdict (``jsc_requeue_verdict``)."""
     q = spec.job.requeue
     if q is None:
         return [launch]
-    return [launch + " &", "jsc_wait_launch", *([after_wait] if after_wait else []),
-            f"jsc_requeue_verdict {q.signal} {q.max}"]
+    return [launch + " &", "jsc_wait_launch", f"jsc_requeue_verdict {q.signal} {q.max}"]
 
 
 __all__ = ["EXIT_MAX_REACHED", "launch_lines", "setup_lines", "sbatch_options"]

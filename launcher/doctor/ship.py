@@ -43,7 +43,8 @@ def node_config(spec: JobSpec, fake_gpus: bool = False) -> dict:
 
 def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
                  fake_gpus: bool = False) -> List[str]:
-    """The step: one srun task per node runs the checks, the batch shell prints the verdict.
+    """The step: one srun task per node runs the checks, the batch shell prints the verdict
+    (launcher/node/job.sh ``jsc_doctor``, which hands the reports to ``doctor OUTPUT``).
 
     ``table`` (launch.preflight) stops the job on a cross; ``json`` hands the reports to the
     CLI (`python -m launcher doctor`), which renders them."""
@@ -53,16 +54,12 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
     # runtime.enter: the container without the stack hook's prelude (the checks are no rank).
     step: List[Token] = [*node_srun(kill_on_bad_exit=False),
                          *kit.node_python("doctor", "node", *where), "--", *runtime.enter([])]
-    collect: List[Token] = kit.node_python("doctor", output, *where, Var("hostnames"),
-                                           Var("doctor_t0"))
     stmts: List[Statement] = [Assign("doctor_conf", conf)]
-    head = ["# Preflight (launch.preflight): the checks of `python -m launcher doctor` on every",
-            "# node, one srun task each, before the launch; a cross stops the job here with the",
-            "# table in this log (README: Doctor)."] if output == "table" else \
-        ["# Doctor (`python -m launcher doctor`): the checks on every node; the reports go to",
-         "# the CLI, which prints the table."]
+    head = ["# Preflight (launch.preflight): `jsc-compose doctor`'s checks on every node before "
+            "the launch."] if output == "table" else \
+        ["# Doctor (`python -m launcher doctor`): the checks on every node, the reports to the "
+         "CLI."]
     stop = ('{ echo "preflight: a check failed (table above); not launching" >&2; exit 1; }'
             if output == "table" else "exit 1")
-    stmts.append(Raw('doctor_t0="$(date +%s.%N)"  # the table reports the step\'s duration'))
     return head + [render_statement(s) for s in stmts] + [
-        join(step) + " \\\n    | " + join(collect) + " \\\n    || " + stop, ""]
+        join(["jsc_doctor", output, *step]) + " \\\n    || " + stop, ""]

@@ -101,9 +101,8 @@ def rdzv_timeout_lines(spec: JobSpec) -> List[Statement]:
     join_base, join_per_node = JOIN_TIMEOUT_S
     read_base, nodes_per_s = READ_TIMEOUT_S
     out: List[Statement] = [
-        Raw("# Rendezvous timeouts grow with the node count (docs/guide/hangs.md); values "
-            "given in\n# launch.command's --rdzv_conf or in PET_RDZV_CONF come later in "
-            "--rdzv_conf and win."),
+        Raw("# Rendezvous timeouts grow with the node count (docs/guide/hangs.md); yours "
+            "(--rdzv_conf, PET_RDZV_CONF) win."),
         Raw(f"rdzv_join_timeout=$(({join_base} + {join_per_node} * nnodes))"),
         Raw(f"rdzv_read_timeout=$(({read_base} + nnodes / {nodes_per_s}))")]
     if user_rdzv_conf(spec.launch.command) is None:

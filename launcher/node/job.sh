@@ -21,6 +21,22 @@ kit=$(cd -P -- "$kit" && pwd)
 # Node 0's torchrun_jsc (launcher/task/run.py) names the kit it runs in the job's log.
 export TORCHRUN_JSC_KIT_LOG=1
 
+# A site profile's defaults (launcher/model.py SITE_PROFILES): export each NAME=VALUE where
+# the job's environment (a module, the submit environment) has no value; one it has is kept.
+jsc_defaults() {  # NAME=VALUE...
+    local pair name
+    for pair in "$@"; do
+        name=${pair%%=*}
+        export "$name=${!name:-${pair#*=}}"
+    done
+}
+
+# A time in a log line: the node's local time with its zone, to the second (launcher/node/
+# stacks.py TIME_FORMAT: the same), e.g. 2026-11-27 13:03:41 CET.
+jsc_now() {
+    date "+%Y-%m-%d %H:%M:%S %Z"
+}
+
 # cpus_per_node: the CPUs of one task per node, the smallest node's count in
 # SLURM_JOB_CPUS_PER_NODE (e.g. 48(x2),32). Every srun asks for its own on its command line
 # (--cpus-per-task; Slurm >= 23.11 ignores SRUN_CPUS_PER_TASK, and a bound task's workers all
@@ -131,6 +147,25 @@ jsc_image_arch() {  # IMAGE
     [ "$rc" -ne 3 ]
 }
 
+# enroot_name: NAME-SIZE-MTIME of the squashfs IMAGE (enroot_image): a rebuilt image gets a
+# fresh container, an unchanged one is reused by later jobs (Enroot and pyxis keep named
+# containers across jobs).
+jsc_enroot_name() {  # NAME IMAGE
+    enroot_image=$2
+    enroot_stamp=$(stat -L -c %s-%Y -- "$enroot_image")
+    enroot_name="$1-$enroot_stamp"
+}
+
+# The doctor's step (launcher/doctor/ship.py): STEP... runs its checks on every node, one srun
+# task each; their reports go to `doctor OUTPUT` here with doctor_conf, the rendezvous and the
+# node list: table (launch.preflight: printed, a cross fails) or json (for `jsc-compose
+# doctor`). doctor_t0: the table reports the step's duration.
+jsc_doctor() {  # OUTPUT STEP...
+    doctor_t0=$(date +%s.%N)
+    "${@:2}" | python3 -I "$kit/node/run.py" doctor "$1" "$doctor_conf" "$rdzv_host" \
+        "$rdzv_port" "$hostnames" "$doctor_t0"
+}
+
 # Caches (Enroot, pyxis): the container's root is read-only and $HOME is not mounted, so
 # Triton (torch.compile), Hugging Face, torch hub and pip write to a node-local per-user
 # directory unless set (docs/guide/runtimes.md: Caches).
@@ -207,7 +242,7 @@ jsc_stacks_srun() {
 jsc_print_stacks() {  # SIGNAL
     if [ "$jsc_stacks_done" = 1 ]; then return; fi
     jsc_stacks_done=1
-    echo "job ${SLURM_JOB_ID}: $1 at $(date +%s.%N): every rank's stack (jsc-compose stacks)"
+    echo "job ${SLURM_JOB_ID}: $1 at $(jsc_now): every rank's stack (jsc-compose stacks)"
     jsc_stacks_srun | python3 -I "$kit/node/run.py" stacks report "${SLURM_JOB_ID}" || true
 }
 
@@ -229,7 +264,7 @@ jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER: in the background; jsc_after_launch 
 }
 
 # launch_rc: the launch's exit status (started with & just before: $!), waited for again
-# while a trap interrupted the wait and the launch still runs.
+# while a trap interrupted the wait and the launch still runs; then jsc_after_launch.
 jsc_wait_launch() {
     launch_pid=$!
     launch_rc=0
@@ -238,6 +273,7 @@ jsc_wait_launch() {
         launch_rc=0
         wait "$launch_pid" || launch_rc=$?
     done
+    jsc_after_launch
 }
 
 # After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
@@ -282,7 +318,7 @@ jsc_requeue_setup() {  # SIGNAL MAX scancel|kill
 
 jsc_on_requeue_signal() {  # SIGNAL
     jsc_requeue_signalled=1
-    echo "job ${SLURM_JOB_ID}: SIG$1 at $(date +%s.%N), passed on to every rank"
+    echo "job ${SLURM_JOB_ID}: SIG$1 at $(jsc_now), passed on to every rank"
     if [ -z "$launch_pid" ]; then return; fi
     if [ "$jsc_requeue_pass_on" = kill ]; then
         kill -s "$1" "$launch_pid" 2>/dev/null || true
@@ -339,7 +375,7 @@ jsc_requeue_verdict() {  # SIGNAL MAX
         exit 75
     fi
     if scontrol requeue "$SLURM_JOB_ID"; then
-        echo "job ${SLURM_JOB_ID}: requeued at $(date +%s.%N)"
+        echo "job ${SLURM_JOB_ID}: requeued at $(jsc_now)"
     else
         # A site may refuse requeues (JobRequeue/partition policy, psslurm settings): the
         # checkpoint is saved, so say how to go on rather than end as if the work were done.

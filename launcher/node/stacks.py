@@ -40,6 +40,15 @@ _MARK = re.compile(r"world=(\d+) all=(\d+) calls=(\d+) t=([\d.]+) state=(run|don
 VERDICT = "no-progress"  # under the job's directory: the watcher's one line
 COLLECT_S = 300  # the watcher's limit for the stack collection of every node
 
+# A time in a log line: the node's local time with its zone, to the second (what Slurm's own
+# records show), e.g. 2026-11-27 13:03:41 CET. launcher/node/job.sh jsc_now writes the same.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+
+
+def time_text(t):
+    """``t`` (seconds since the epoch) as the kit writes a time in a log line."""
+    return time.strftime(TIME_FORMAT, time.localtime(t))
+
 
 # --- the node side -------------------------------------------------------------------------
 
@@ -438,8 +447,8 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
                 noted = True
                 out.write(_starting_note(job_id, timeout, waiting))
                 out.flush()
-    out.write("job %s: no progress for %d s (launch.hang_timeout %d) at %.6f: every rank's "
-              "stack (jsc-compose stacks)\n" % (job_id, idle, timeout, clock()))
+    out.write("job %s: no progress for %d s (launch.hang_timeout %d) at %s: every rank's "
+              "stack (jsc-compose stacks)\n" % (job_id, idle, timeout, time_text(clock())))
     out.flush()
     try:
         lines = subprocess.run(collector, stdout=subprocess.PIPE, universal_newlines=True,

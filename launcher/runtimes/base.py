@@ -190,16 +190,14 @@ def gpu_lines(spec: JobSpec) -> List[Statement]:
     compute unless the site or the user chose (env.set, site.env or the submit environment)."""
     if not gpus_requested(spec):
         return []
-    return [Raw("# Enroot's nvidia hook: an image without NVIDIA_DRIVER_CAPABILITIES gets only "
-                "`utility` (no libcuda)."),
-            Raw(f'export {DRIVER_CAPS}="${{{DRIVER_CAPS}:-compute,utility}}"')]
+    return [Raw(f"jsc_defaults {DRIVER_CAPS}=compute,utility  # else Enroot's nvidia hook: "
+                "`utility` only, no libcuda")]
 
 
 def cache_lines() -> List[Statement]:
     """The caches' variables, each only where unset (docs/guide/runtimes.md: Caches)."""
-    return [Raw("# Caches: a node-local per-user directory unless set (the image's root is "
-                "read-only)."),
-            Raw("jsc_cache_env")]
+    return [Raw("jsc_cache_env  # caches: node-local, per user, unless set (the image's root is "
+                "read-only)")]
 
 
 def requeue_names(spec: JobSpec) -> Sequence[str]:
@@ -217,9 +215,7 @@ def stamped_name(name: Optional[str], image: Optional[str]) -> List[Statement]:
     """enroot_name=NAME-SIZE-MTIME: a rebuilt image gets a fresh container, an unchanged one
     is reused by later jobs (both pyxis and Enroot keep named containers across jobs)."""
     assert image is not None  # the spec loader requires it
-    return [Assign("enroot_image", expansion(image)),
-            Raw('enroot_stamp="$(stat -L -c %s-%Y -- "$enroot_image")"'),
-            Assign("enroot_name", word(name or stem(image), "-", Var("enroot_stamp")))]
+    return [Raw(join(["jsc_enroot_name", name or stem(image), expansion(image)]))]
 
 
 def bind_parts(bind: Bind, ro_flag: str) -> List[Union[str, Var]]:

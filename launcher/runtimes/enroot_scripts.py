@@ -61,8 +61,7 @@ def data_path_word(text: str) -> Tuple[Word, List[str]]:
 # list (some 14,000 jobs) counts as unknown too, rather than failing the job's set-up.
 JOBS_VAR = "enroot_jobs"
 JOBS_LINES = (
-    "# The user's jobs, asked once per job (not per node): the set-up keeps their containers.",
-    'enroot_jobs="$(jsc_user_jobs)"',
+    'enroot_jobs="$(jsc_user_jobs)"  # asked once per job: the set-up keeps their containers',
 )
 
 

@@ -192,7 +192,8 @@ def test_real_preemption_checkpoints_now_and_resumes(lab, shared_tmp):
         "--wrap", "echo URGENT_RAN $(hostname)"])
     out = res["output"]
     assert res["state"] == "COMPLETED" and res["restarts"] == 1, out
-    assert re.search(r"SIGUSR2 at [\d.]+, passed on to every rank", out), out
+    assert re.search(r"SIGUSR2 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+, passed on to every rank",
+                     out), out
     assert "preempted: Slurm requeues it (PreemptMode=REQUEUE)" in out, out
     assert not re.search(r"requeued at \d", out), out
     [stopped] = lines(out, "DDP_STOPPED ")  # saved at the preemption (the first after step 20)

@@ -86,9 +86,15 @@ def test_step_runs_after_setup_and_before_the_launch(tmp_path):
     assert "|| { echo \"preflight: a check failed (table above); not launching\" >&2; exit 1; }" \
         in text
     flat = " ".join(text.replace("\\\n", " ").split())  # the line breaks are the renderer's
-    assert '--bind /data:/data --bind "${PWD}" image.sif | python3 -I "${kit}/node/run.py" ' \
-        'doctor table "${doctor_conf}" "${rdzv_host}" "${rdzv_port}" "${hostnames}" ' \
-        '"${doctor_t0}"' in flat
+    # launcher/node/job.sh jsc_doctor runs the step and hands its reports to `doctor table`.
+    assert 'jsc_doctor table srun "--nodes=${nnodes}"' in flat
+    assert flat.index("jsc_doctor table srun") < flat.index('--bind /data:/data --bind "${PWD}" '
+                                                            "image.sif || { echo")
+    job_sh = (kit.installed() / "node" / "job.sh").read_text(encoding="utf-8")
+    body = job_sh[job_sh.index("jsc_doctor() {"):]
+    body = " ".join(body[:body.index("\n}\n")].replace("\\\n", " ").split())
+    assert 'doctor_t0=$(date +%s.%N) "${@:2}" | python3 -I "$kit/node/run.py" doctor "$1" ' \
+        '"$doctor_conf" "$rdzv_host" "$rdzv_port" "$hostnames" "$doctor_t0"' in body
     script = tmp_path / "s.job"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -101,7 +107,7 @@ def test_doctor_script_ends_after_the_step():
     text = render_jobscript(spec_of(SPEC), doctor=True)
     assert "# Launch:" not in text and "srun --kill-on-bad-exit=1" not in text
     assert text.rstrip().endswith("|| exit 1")
-    assert '"${kit}/node/run.py" doctor json "${doctor_conf}"' in text
+    assert text.count("jsc_doctor json srun ") == 1
 
 
 def test_config_from_spec():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -111,19 +112,33 @@ def function_body(name: str) -> str:
     return body[:body.index("\n}\n")].replace("\\\n", " ")
 
 
+def test_one_time_format_in_every_log_line():
+    """Times in the kit's log lines are human (the node's local time with its zone), the same
+    in the batch script (job.sh jsc_now) and the watcher (stacks.time_text); no line prints
+    a raw epoch (date +%s)."""
+    assert function_body("jsc_now").split("\n")[1:] == [f'    date "+{stacks.TIME_FORMAT}"']
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", stacks.time_text(1795791228.42))
+    text = JOB_SH.read_text(encoding="utf-8")
+    assert [line for line in text.splitlines() if "echo" in line and "date" in line] == []
+    assert text.count("$(jsc_now)") == 3  # the stacks' signal, the requeue signal, the requeue
+
+
 def test_watcher_only_when_the_spec_asks():
     plain = render_jobscript(spec_with("{mode: torchrun}"))
     for text in ("jsc_watch", "jsc_deadline_setup", " watch ", "/progress", "no-progress"):
         assert text not in plain, text
     hang = render_jobscript(spec_with("{mode: torchrun, hang_timeout: 600}"))
     lines = hang.splitlines()
-    assert "# Progress deadline (launch.hang_timeout: 600 s): each rank's hook notes its " \
-        "progress every" in lines
-    setup, deadline = lines.index("jsc_hangs_setup RANK"), lines.index("jsc_deadline_setup 60")
+    command = [line.split("  # ")[0] for line in lines]  # without a line's trailing comment
+    assert "jsc_deadline_setup 60  # launch.hang_timeout 600 s: progress noted every 60 s" \
+        in lines
+    setup, deadline = command.index("jsc_hangs_setup RANK"), lines.index(
+        "jsc_deadline_setup 60  # launch.hang_timeout 600 s: progress noted every 60 s")
     watch = lines.index("jsc_watch 600 60 30")  # TIMEOUT PERIOD KILL_AFTER
     launch = next(i for i, line in enumerate(lines) if line.startswith("srun --kill-on-bad"))
     assert setup < deadline < watch == launch - 1
-    assert lines[-3:] == ["jsc_wait_launch", "jsc_after_launch", 'exit "$launch_rc"']
+    assert lines[-2:] == ["jsc_wait_launch", 'exit "$launch_rc"']
+    assert function_body("jsc_wait_launch").rstrip().endswith("done\n    jsc_after_launch")
     # What those do: the kit's functions (launcher/node/job.sh).
     assert function_body("jsc_deadline_setup").split("\n")[1:] == [
         '    mkdir -p -- "$hangs_dir/progress"',
@@ -145,7 +160,7 @@ def test_watcher_with_requeue_before_its_verdict():
     base = ("job: {nodes: 2, time: '1:00:00', requeue: true}\nsite: jsc\n"
             "program: [python3, t.py]\n")
     lines = render_jobscript(spec_with("{hang_timeout: 300}", base)).splitlines()
-    assert lines[-3:] == ["jsc_wait_launch", "jsc_after_launch", "jsc_requeue_verdict USR2 3"]
+    assert lines[-2:] == ["jsc_wait_launch", "jsc_requeue_verdict USR2 3"]
     assert lines.index("jsc_watch 300 30 30") < lines.index("jsc_wait_launch")
 
 
@@ -304,7 +319,7 @@ def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatc
     # The last progress was at the 3rd look (start + 15): the deadline passed at start + 45.
     assert clock.sleeps[:9] == [5] * 9 and clock.sleeps[9] == 30
     assert out.startswith(f"job 77: no progress for 30 s (launch.hang_timeout 30) at "
-                          f"{start + 45:.6f}: every rank's stack"), out
+                          f"{stacks.time_text(start + 45)}: every rank's stack"), out
     assert "\nstacks: 3 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch " \
         "at data.py:17\n" in out
     assert (tmp_path / "no-progress").read_text() == (

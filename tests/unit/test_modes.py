@@ -51,7 +51,7 @@ def test_a_mode_is_one_class_and_its_plan_renders(driver):
     assert launch.startswith("# Launch: the driver, once.\nsrun --kill-on-bad-exit=1 ")
     assert " drv 'a b' &\njsc_wait_launch\n" in launch
     # In the background and waited for (the hang traps run meanwhile), its status the job's.
-    assert launch.endswith('jsc_wait_launch\njsc_after_launch\nexit "$launch_rc"\n')
+    assert launch.endswith('jsc_wait_launch\nexit "$launch_rc"\n')
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     assert plan_launch(spec)[1].launch[-2:] == ("drv", "a b")
     assert "node 1 jwb0002: node_rank=1 is_host=no\n  rank 1: drv 'a b'\n" in \

@@ -81,6 +81,8 @@ def test_one_per_node_srun_for_the_set_up_and_the_doctor():
     assert setup.startswith(prefix.replace("srun ", "srun --kill-on-bad-exit=1 ", 1) +
                             ' bash "${kit}/node/enroot-setup.sh"')
     # The doctor's step: the same srun, without --kill-on-bad-exit (every node reports).
-    step = next(line for line in doctor_lines(spec, rt, "table") if line.startswith("srun "))
-    assert step.replace(" \\\n    ", " ").startswith(prefix + ' python3 -I "${kit}/node/run.py"')
+    step = next(line for line in doctor_lines(spec, rt, "table")
+                if line.startswith("jsc_doctor table srun "))
+    assert step.replace(" \\\n    ", " ").startswith(
+        "jsc_doctor table " + prefix + ' python3 -I "${kit}/node/run.py"')
 

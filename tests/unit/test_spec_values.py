@@ -99,7 +99,7 @@ def test_shell_expansion_parts():
     ("apptainer", "$SCRATCH/img.sif", ' "${SCRATCH}/img.sif" '),
     ("apptainer", "~/img.sif", ' "${HOME}/img.sif" '),
     ("pyxis", "${PROJECT}/img.sqsh", '"--container-image=${PROJECT}/img.sqsh"'),
-    ("enroot", "$SCRATCH/img.sqsh", "enroot_image=\"${SCRATCH}/img.sqsh\""),
+    ("enroot", "$SCRATCH/img.sqsh", 'jsc_enroot_name img "${SCRATCH}/img.sqsh"'),
 ])
 def test_image_expands_on_the_node(kind, image, expected):
     text = render_jobscript(parse(ONE + f"runtime: {{kind: {kind}, image: '{image}'}}\n"))
