@@ -66,7 +66,8 @@ HOROVOD_SIF := horovod$(TAG).sif
 LAUNCHERS_SIF := launchers$(TAG).sif
 export ARCH
 TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-# Horovod on this base needs the -devel variant (nvcc, NCCL headers).
+# Horovod on this base needs the -devel variant (nvcc, NCCL headers); on BASE=cuda nvcc comes
+# from PyPI (requirements/cuda-nvcc.txt, build time only).
 DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 export TORCH_WHEEL DOCKER_FROM
 BUILD_IMAGE := bash scripts/build-image.sh
@@ -110,7 +111,8 @@ $(IMAGE_SIF): $(BASE_SIF) containers/pytorch.def containers/files/allreduce_chec
 image: $(IMAGE_SIF)
 
 $(HOROVOD_SIF): $(BASE_SIF) containers/horovod.def containers/files/horovod_check.py \
-             build/horovod$(TAG).vars
+             containers/files/horovod-build.sh build/horovod$(TAG).vars \
+             $(if $(filter cuda,$(BASE)),requirements/cuda-nvcc.txt)
 	$(BUILD_IMAGE) horovod $(BASE)
 horovod-image: $(HOROVOD_SIF)
 
