@@ -44,7 +44,7 @@ jobs="" log="" workdir="" dry_run=0 sdist=""
 while [ "$#" -gt 0 ]; do
     case $1 in
         --python|--wheelhouse|--deps|--target|--gpu|--cuda-home|--nccl-home|--mpi|--jobs|--log|--workdir)
-            if [ "$#" -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi
+            if [ "$#" -lt 2 ] || [ -z "$2" ] || [[ $2 == --* ]]; then die "$1 needs a value"; fi
             case $1 in
                 --python) python=$2 ;; --wheelhouse) wheelhouse=$2 ;; --deps) deps=$2 ;;
                 --target) target=$2 ;;
@@ -118,15 +118,29 @@ if [ "$gpu" = NCCL ]; then
         cuda_from=wheels
         cuda_home=$workdir/cuda/nvidia/cu13
     elif [ -z "$cuda_home" ]; then
-        if [ -n "${CUDA_HOME:-}" ]; then cuda_home=$CUDA_HOME
-        elif command -v nvcc >/dev/null; then cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-        else cuda_home=/usr/local/cuda
+        # As torch.utils.cpp_extension looks, skipping candidates without nvcc and headers
+        # (an `nvcc` on PATH may be a wrapper script elsewhere).
+        candidates=("${CUDA_HOME:-}" "${CUDA_PATH:-}")
+        if command -v nvcc >/dev/null; then
+            candidates+=("$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")")
         fi
+        candidates+=(/usr/local/cuda)
+        for c in "${candidates[@]}"; do
+            if [ -n "$c" ] && [ -x "$c/bin/nvcc" ] && [ -f "$c/include/cuda_runtime.h" ]; then
+                cuda_home=$c; break
+            fi
+        done
+        [ -n "$cuda_home" ] || die "no CUDA toolkit (bin/nvcc and include/cuda_runtime.h) in \$CUDA_HOME, \$CUDA_PATH, beside nvcc on PATH or in /usr/local/cuda: pass --cuda-home DIR, or put nvidia_cuda_nvcc wheels in --wheelhouse"
     fi
     if [ "$cuda_from" != wheels ]; then
         cuda_from=installed
         [ -x "$cuda_home/bin/nvcc" ] || die "no nvcc in $cuda_home/bin: pass --cuda-home DIR (a CUDA toolkit), set CUDA_HOME, or put nvidia_cuda_nvcc wheels in --wheelhouse"
         [ -f "$cuda_home/include/cuda_runtime.h" ] || die "$cuda_home/include/cuda_runtime.h missing: --cuda-home must be a CUDA toolkit with its headers"
+        # nvcc.profile links from lib64; a toolkit assembled from wheels may have lib only.
+        # CMake passes CUDAFLAGS to nvcc from its first test compile on (the toolkit stays as is).
+        if [ ! -e "$cuda_home/lib64" ] && [ -d "$cuda_home/lib" ]; then
+            export CUDAFLAGS="${CUDAFLAGS:+$CUDAFLAGS }-L$cuda_home/lib"
+        fi
     fi
     # NCCL: its headers and library from the wheel torch loads (nvidia-nccl-cu13 ships both).
     if [ -z "$nccl_home" ]; then
