@@ -80,12 +80,18 @@ esac
 command -v "$python" >/dev/null || die "--python $python not found"
 command -v cmake >/dev/null || die "cmake not found on PATH (Debian: apt-get install cmake g++ make)"
 command -v c++ >/dev/null || die "no C++ compiler (c++) on PATH (Debian: apt-get install g++)"
+# setup.py drives CMake's default generator (make); with only ninja, CMake is told to use it.
+if ! command -v make >/dev/null; then
+    command -v ninja >/dev/null || die "neither make nor ninja on PATH (Debian: apt-get install make)"
+    export CMAKE_GENERATOR=Ninja
+fi
 [ "$mpi" = no ] || command -v mpicxx >/dev/null || die "--mpi yes but no mpicxx on PATH (Debian: libopenmpi-dev)"
 
 # torch, from PY (and from --target, where an earlier run put the dependencies).
 torch_info=$("$python" -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null) ||
     die "$python cannot import torch: Horovod's PyTorch extension builds against an installed torch"
 read -r torch_version torch_cuda <<<"$torch_info"
+"$python" -m pip --version >/dev/null 2>&1 || die "$python has no pip ($python -m pip --version failed)"
 
 # A directory of Python package DIR/SUB beside torch (the nvidia-* wheels), or nothing.
 py_pkg_dir() {
@@ -155,7 +161,7 @@ fi
 
 cat <<INFO
 horovod-build: horovod $version, torch $torch_version (CUDA $torch_cuda) from $python
-horovod-build: GPU operations $gpu, MPI $mpi, Gloo yes, $jobs jobs, work in $workdir
+horovod-build: GPU operations $gpu, MPI $mpi, Gloo yes, $jobs jobs, ${CMAKE_GENERATOR:-make}, work in $workdir
 INFO
 if [ "$gpu" = NCCL ]; then
     note "CUDA_HOME $cuda_home ($cuda_from), NCCL $nccl_version from $nccl_home"

@@ -271,3 +271,24 @@ def test_allreduce_check_refuses_unknown_arguments_before_importing_horovod() ->
                        text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr == "HOROVOD_FAIL usage: horovod_check.py [--cuda], not --gpu\n"
+
+
+def test_recipe_uses_ninja_where_make_is_missing(plant) -> None:
+    """A GPU machine may have cmake and ninja but no make (CMake's default generator)."""
+    tools = plant["tmp"] / "tools"
+    tools.mkdir()
+    for name in ("bash", "cmake", "c++", "dirname", "basename", "nproc", "mktemp", "sed", "paste", "head",
+                 "readlink", "rm", "mkdir", "cat", "tail", "date", "env"):
+        found = shutil.which(name)
+        assert found, f"{name} missing on this machine"
+        (tools / name).symlink_to(found)
+    (tools / "python3").symlink_to(sys.executable)
+    sdist = plant["gear"] / "horovod-0.28.1.tar.gz"
+    cmd = ["bash", BUILD_SH, "--dry-run", "--mpi", "no", sdist]
+    r = run(cmd, plant, PATH=str(tools))
+    one_line(r, 2, "neither make nor ninja on PATH")
+    (tools / "ninja").write_text("#!/bin/sh\n")
+    (tools / "ninja").chmod(0o755)
+    r = run(cmd, plant, PATH=str(tools))
+    assert r.returncode == 0 and "GPU operations none, MPI no, Gloo yes, " in r.stdout, r.stderr
+    assert ", Ninja, work in " in r.stdout
