@@ -132,12 +132,14 @@ $(LAUNCHERS_SIF:.sif=.sqsh): $(LAUNCHERS_SIF)
 	$(BUILD_IMAGE) enroot $(LAUNCHERS_SIF) $(LAUNCHERS_SIF:.sif=.sqsh)
 launchers-enroot-image: $(LAUNCHERS_SIF:.sif=.sqsh)
 
-# The CUDA images of both architectures with their squashfs (several GB each, about N min
-# here: docs/development/containers.md). Run before landing a change to base-cuda.def,
-# requirements/cuda*.txt or scripts/build-image.sh; not part of `make test` or CI.
+# The CUDA images of both architectures with their squashfs, and Horovod with NCCL for this
+# host's architecture (several GB each, about N min here: docs/development/containers.md).
+# Run before landing a change to base-cuda.def, requirements/cuda*.txt, horovod.def,
+# containers/files/horovod-build.sh or scripts/build-image.sh; not part of `make test` or CI.
 cuda-images:
 	$(MAKE) enroot-image BASE=cuda ARCH=amd64
 	$(MAKE) enroot-image BASE=cuda ARCH=arm64
+	$(MAKE) horovod-image BASE=cuda ARCH=$(HOST_ARCH)
 
 # --- Jobscripts (launcher composer, docs/guide/specs.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).
