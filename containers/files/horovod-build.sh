@@ -87,13 +87,13 @@ if ! command -v make >/dev/null; then
 fi
 [ "$mpi" = no ] || command -v mpicxx >/dev/null || die "--mpi yes but no mpicxx on PATH (Debian: libopenmpi-dev)"
 
-# torch, from PY (and from --target, where an earlier run put the dependencies).
+# torch, from PY.
 torch_info=$("$python" -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null) ||
     die "$python cannot import torch: Horovod's PyTorch extension builds against an installed torch"
 read -r torch_version torch_cuda <<<"$torch_info"
 "$python" -m pip --version >/dev/null 2>&1 || die "$python has no pip ($python -m pip --version failed)"
 
-# A directory of Python package DIR/SUB beside torch (the nvidia-* wheels), or nothing.
+# The directory of a package beside torch (the nvidia.* wheels: nvidia.nccl), or nothing.
 py_pkg_dir() {
     "$python" - "$1" <<'PY' 2>/dev/null || true
 import importlib, sys
@@ -121,7 +121,7 @@ if [ "$gpu" = NCCL ]; then
     [ "$torch_cuda" != None ] || die "--gpu NCCL but $python's torch $torch_version is a CPU build (torch.version.cuda is None)"
     # The CUDA toolkit: the wheelhouse's nvcc wheels (laid out into WORKDIR), or an installed one.
     if [ -z "$cuda_home" ] && [ -n "$wheelhouse" ] && compgen -G "$wheelhouse/nvidia_cuda_nvcc-*.whl" >/dev/null; then
-        cuda_from=wheels
+        cuda_from=wheels  # CUDA 13's wheels install under nvidia/cu13
         cuda_home=$workdir/cuda/nvidia/cu13
     elif [ -z "$cuda_home" ]; then
         # As torch.utils.cpp_extension looks, skipping candidates without nvcc and headers
