@@ -67,7 +67,8 @@ HOROVOD_SIF := horovod$(TAG).sif
 LAUNCHERS_SIF := launchers$(TAG).sif
 export ARCH
 TORCH_WHEEL ?= /opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-# Horovod on this base needs the -devel variant (nvcc, NCCL headers).
+# Horovod on this base needs the -devel variant (nvcc, NCCL headers); on BASE=cuda nvcc comes
+# from PyPI (requirements/cuda-nvcc.txt, build time only).
 DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 # NGC's tags are multi-arch; docker-archive:PATH or oci-archive:PATH take a local copy.
 NGC_FROM ?= nvcr.io/nvidia/pytorch:25.12-py3
@@ -119,7 +120,8 @@ $(IMAGE_SIF): $(BASE_SIF) containers/pytorch.def containers/files/allreduce_chec
 image: $(IMAGE_SIF)
 
 $(HOROVOD_SIF): $(BASE_SIF) containers/horovod.def containers/files/horovod_check.py \
-             build/horovod$(TAG).vars
+             containers/files/horovod-build.sh build/horovod$(TAG).vars \
+             $(if $(filter cuda,$(BASE)),requirements/cuda-nvcc.txt)
 	$(BUILD_IMAGE) horovod $(BASE)
 horovod-image: $(HOROVOD_SIF)
 
@@ -139,12 +141,14 @@ $(LAUNCHERS_SIF:.sif=.sqsh): $(LAUNCHERS_SIF)
 	$(BUILD_IMAGE) enroot $(LAUNCHERS_SIF) $(LAUNCHERS_SIF:.sif=.sqsh)
 launchers-enroot-image: $(LAUNCHERS_SIF:.sif=.sqsh)
 
-# The CUDA images of both architectures with their squashfs (several GB each, about N min
-# here: docs/development/containers.md). Run before landing a change to base-cuda.def,
-# requirements/cuda*.txt or scripts/build-image.sh; not part of `make test` or CI.
+# The CUDA images of both architectures with their squashfs, and Horovod with NCCL for this
+# host's architecture (several GB each, about N min here: docs/development/containers.md).
+# Run before landing a change to base-cuda.def, requirements/cuda*.txt, horovod.def,
+# containers/files/horovod-build.sh or scripts/build-image.sh; not part of `make test` or CI.
 cuda-images:
 	$(MAKE) enroot-image BASE=cuda ARCH=amd64
 	$(MAKE) enroot-image BASE=cuda ARCH=arm64
+	$(MAKE) horovod-image BASE=cuda ARCH=$(HOST_ARCH)
 
 # --- Jobscripts (launcher composer, docs/guide/specs.md) ----------------------------------------
 # Re-render every checked-in jobs/NAME.job from jobs/NAME.yaml (the golden tests compare them).

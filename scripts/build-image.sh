@@ -316,18 +316,35 @@ fill_torch_wheelhouse() {
     touch "$stamp"
 }
 
-# Horovod's runtime deps, plus what its setup.py needs at build time (cffi, wheel).
+# Horovod's runtime deps, plus what its setup.py needs at build time (cffi, wheel); the same
+# list as containers/files/horovod-build.sh's --deps default (tests/unit/test_horovod_cuda.py).
 HOROVOD_DEPS=(cloudpickle psutil packaging pyyaml cffi wheel)
+# nvcc from PyPI for Horovod's NCCL build on the CUDA base (build time only).
+CUDA_NVCC_REQ=$repo/requirements/cuda-nvcc.txt
 
+# horovod_wheelhouse NAME: where fill_horovod_wheelhouse NAME puts the sdist and wheels.
+horovod_wheelhouse() {
+    if [ "$1" = cuda ]; then echo "$build/wheelhouse/horovod-cuda-$ARCH"; else echo "$build/wheelhouse/horovod"; fi
+}
+
+# The sdist and the deps; for the CUDA base also the nvcc wheels, both for ARCH from PyPI.
 fill_horovod_wheelhouse() {
-    local dir=$build/wheelhouse/horovod stamp
-    stamp=$dir/.complete-$HOROVOD_VERSION-$(echo "${HOROVOD_DEPS[*]}" | md5sum | cut -c1-8)
+    local name=$1 dir stamp args=()
+    dir=$(horovod_wheelhouse "$name")
+    if [ "$name" = cuda ]; then
+        while IFS= read -r -d '' o; do args+=("$o"); done < <(pypi_args; platform_args)
+    fi
+    stamp=$dir/.complete-$HOROVOD_VERSION-$( { echo "${HOROVOD_DEPS[*]}"; [ "$name" != cuda ] || cat "$CUDA_NVCC_REQ"; } | md5sum | cut -c1-8)
     [ -f "$stamp" ] && return 0
     mkdir -p "$dir"
     pip_download wheelhouse-horovod "horovod $HOROVOD_VERSION's sdist" -q -d "$dir" \
         --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION"
     pip_download wheelhouse-horovod-deps "horovod's dependencies" -q -d "$dir" \
-        --only-binary :all: "${HOROVOD_DEPS[@]}"
+        "${args[@]}" --only-binary :all: "${HOROVOD_DEPS[@]}"
+    if [ "$name" = cuda ]; then
+        pip_download "wheelhouse-horovod-nvcc-$ARCH" "the nvcc wheels (${CUDA_NVCC_REQ#"$repo"/}) for $ARCH" \
+            -q -d "$dir" "${args[@]}" --only-binary :all: --no-deps -r "$CUDA_NVCC_REQ"
+    fi
     touch "$stamp"
 }
 
@@ -579,12 +596,15 @@ mpi_suite() {
 cmd_horovod() {
     local name=${1:?base name} out=${2:-} base start gpu=none
     [ -n "$out" ] || out=$repo/horovod$(image_tag "$name").sif
-    # The CUDA base carries CUDA's runtime libraries from PyPI, not nvcc and NCCL's headers.
     if [ "$name" = ngc ]; then
-        die "horovod-image on BASE=ngc is not built by the kit (untested): make horovod-image BASE=local, or BASE=docker DOCKER_FROM=<a -devel image>"
+        die "horovod-image on BASE=ngc is not built by the kit (untested): make horovod-image BASE=local, or BASE=cuda"
     fi
+    # The CUDA base: NCCL's headers come with its wheel, nvcc from PyPI at build time
+    # (requirements/cuda-nvcc.txt). Compiling Horovod under qemu was not tried (hours on 2 cores).
     if [ "$name" = cuda ]; then
-        die "horovod with NCCL needs nvcc and NCCL headers, which BASE=cuda (runtime wheels) leaves out: make horovod-image BASE=local (CPU, $HOST_ARCH) or BASE=docker DOCKER_FROM=<a -devel image with linux/$ARCH>"
+        gpu=NCCL
+        [ "$ARCH" = "$HOST_ARCH" ] ||
+            die "horovod on BASE=cuda builds only for this host's architecture ($HOST_ARCH), not ARCH=$ARCH: compiling it under emulation is not supported; run make horovod-image BASE=cuda on an $ARCH host"
     fi
     if [ "$name" = docker ]; then
         gpu=NCCL
@@ -601,18 +621,18 @@ cmd_horovod() {
     lock_or_skip "$out" || return 0
     base=$(base_sif "$name")
     [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name ARCH=$ARCH (make horovod-image builds it)"
-    fill_horovod_wheelhouse
+    fill_horovod_wheelhouse "$name"
     start=$(now)
     apptainer_build "$out" containers/horovod.def "could not build $out on $base" \
         --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
-        --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "WHEELHOUSE=$build/wheelhouse/horovod" \
+        --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "WHEELHOUSE=$(horovod_wheelhouse "$name")" \
         --build-arg "HOROVOD_VERSION=$HOROVOD_VERSION" --build-arg "GPU_OPERATIONS=$gpu" \
         --build-arg "PY_DEPS=${HOROVOD_DEPS[*]}" --build-arg "MPI_SUITE=$(mpi_suite "$name")" \
         --build-arg "MIRROR=$MIRROR" --build-arg "FILES=$repo/containers/files"
-    record horovod_build_s "$(elapsed "$start")"
+    record "horovod$(image_tag "$name" | tr - _)_build_s" "$(elapsed "$start")"
     start=$(now)
-    run_test "$tmp_out" horovod
-    record horovod_test_s "$(elapsed "$start")"
+    run_test "$tmp_out" "horovod$(image_tag "$name")"
+    record "horovod$(image_tag "$name" | tr - _)_test_s" "$(elapsed "$start")"
     commit_output "$out"
 }
 

@@ -4,6 +4,11 @@ Each rank contributes rank + 1 (sum n(n+1)/2); after one optimizer step on rank-
 data the parameters must be identical on every rank. Rank 0 prints one line
 `HOROVOD_OK size=N sum=S controller=mpi|gloo params_identical=True`.
 
+With `--cuda` (scripts/horovod-gpu-check.sh) every tensor and the model live on the rank's GPU,
+so Horovod runs them through its NCCL operations (refused in one line when this Horovod has
+no NCCL or torch sees no GPU); a 1 Mi-element allreduce is checked element by element too,
+and the line ends with `device=cuda:K nccl_built=V elements=1048576`.
+
 A rank whose MPI did not find the launcher's PMI server starts as a singleton (size 1, rank
 0): N such ranks would each pass on their own. So hvd.size() must equal the number of tasks
 the launcher started (expected_size), read from the environment before hvd.init() (MPI_Init
@@ -40,7 +45,15 @@ def size_mismatch(size: int, env: Mapping[str, str]) -> Optional[str]:
         f"({name}={tasks}){hint}"
 
 
-def main() -> int:
+ELEMENTS = 1 << 20  # the --cuda allreduce: 4 MiB of float32, enough for NCCL's ring kernels
+
+
+def main(argv: Optional[list] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--cuda"]):
+        print(f"HOROVOD_FAIL usage: horovod_check.py [--cuda], not {' '.join(args)}", file=sys.stderr)
+        return 2
+    cuda = args == ["--cuda"]
     launched = dict(os.environ)  # before MPI_Init can add to it
     import horovod.torch as hvd
     import torch
@@ -51,15 +64,34 @@ def main() -> int:
     if mismatch:
         print(f"{mismatch} rank={rank}", file=sys.stderr)
         return 1
-    total = hvd.allreduce(torch.tensor([float(rank + 1)]), op=hvd.Sum).item()
+    device, extra = torch.device("cpu"), ""
+    if cuda:
+        if not hvd.nccl_built():
+            print(f"HOROVOD_FAIL rank={rank} --cuda but this Horovod has no NCCL operations "
+                  "(horovodrun --check-build)", file=sys.stderr)
+            return 1
+        if not torch.cuda.is_available():
+            print(f"HOROVOD_FAIL rank={rank} --cuda but torch sees no GPU", file=sys.stderr)
+            return 1
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        big = hvd.allreduce(torch.full((ELEMENTS,), float(rank + 1), device=device), op=hvd.Sum)
+        want = size * (size + 1) / 2
+        wrong = int((big != want).sum().item())
+        if wrong or big.device != device:
+            print(f"HOROVOD_FAIL rank={rank} {wrong} of {ELEMENTS} elements differ from {want:g} "
+                  f"(device {big.device})", file=sys.stderr)
+            return 1
+        extra = f" device={device} nccl_built={hvd.nccl_built()} elements={ELEMENTS}"
+    total = hvd.allreduce(torch.tensor([float(rank + 1)], device=device), op=hvd.Sum).item()
     expected = size * (size + 1) / 2
 
     torch.manual_seed(rank)  # different initial weights: broadcast must fix that
-    model = torch.nn.Linear(4, 1)
+    model = torch.nn.Linear(4, 1).to(device)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    loss = model(torch.full((8, 4), float(rank))).pow(2).mean()
+    loss = model(torch.full((8, 4), float(rank), device=device)).pow(2).mean()
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -74,7 +106,7 @@ def main() -> int:
         return 1
     if rank == 0:
         print(f"HOROVOD_OK size={size} sum={total:g} controller={controller} "
-              f"params_identical={identical}")
+              f"params_identical={identical}{extra}")
     return 0
 
 
