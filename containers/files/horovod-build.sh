@@ -200,6 +200,13 @@ for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do
     sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$src/$f"
 done
 
+# Found on the GPU machine (CMake 4, GCC 13; 2026-11-27): CMake >= 4 refuses the vendored
+# gloo's cmake_minimum_required(VERSION < 3.5) unless told the oldest policy (CMake 3 ignores
+# the variable); GCC >= 13 no longer includes <string>, <cstdint>, <stdexcept> through other
+# headers, which horovod 0.28.1 relies on (group_table.h: std::string, common.h:
+# std::logic_error). CMake takes CXXFLAGS as its first CMAKE_CXX_FLAGS (only -std= is stripped).
+export CMAKE_POLICY_VERSION_MINIMUM="${CMAKE_POLICY_VERSION_MINIMUM:-3.5}"
+export CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }-include cstdint -include string -include stdexcept"
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
     HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$jobs"
 if [ "$mpi" = yes ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
