@@ -411,6 +411,7 @@ def test_pyxis_flags(plain_fakes):
     assert f"--container-workdir={d}" in srun["argv"]
     (name,) = [a for a in srun["argv"] if a.startswith("--container-name=")]
     assert name.startswith("--container-name=image-8-")  # the image's stamp: size-mtime
+    assert "--no-container-entrypoint" in srun["argv"]  # the kit's command, not an ENTRYPOINT
 
 
 def test_failing_task_fails_the_job(fakes):
