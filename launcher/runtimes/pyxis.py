@@ -3,10 +3,11 @@ Slurm's SPANK plugin over Enroot); for a local squashfs the kit creates pyxis' n
 container once per node first (launcher/runtimes/enroot_scripts.py PYXIS_SETUP).
 
 Images: [USER@][REGISTRY#]IMAGE[:TAG] (docker://, dockerd://, podman:// allowed) or a
-squashfs file; the image's ENTRYPOINT never runs (--no-container-entrypoint). Binds go into --container-mounts (split on ':', ',' and whitespace). What it
-can run: only what srun starts, so not mpirun (Open MPI's daemons are started without the
-container flags) and not submitit (which quotes its srun flags); the task script runs
-inside the container, bash included.
+squashfs file; the image's ENTRYPOINT never runs (--no-container-entrypoint). Binds go into
+--container-mounts (split on ':', ',' and whitespace). What it can run: only what srun
+starts, so not mpirun (Open MPI's daemons are started without the container flags) and not
+submitit (which quotes its srun flags); the task script runs inside the container, bash
+included.
 """
 
 from __future__ import annotations

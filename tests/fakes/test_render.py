@@ -300,6 +300,8 @@ def test_enroot_container_created_once_and_reused(plain_fakes):
     starts = [r for r in fakes.records("enroot") if r["argv"][0] == "start"]
     assert len(starts) == 4 and all(name in r["argv"] for r in starts)
     assert "--rw" not in starts[0]["argv"] and "--root" not in starts[0]["argv"]
+    # The kit's command script, never the image's /etc/rc (a registry image's ENTRYPOINT).
+    assert all(r["argv"][1:3] == ["--rc", f"{KIT}/node/enroot-rc.sh"] for r in starts)
     data = f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data"  # the site's enroot.conf
     assert all("ENROOT_DATA_PATH" not in r["env"] and r["data"] == data for r in starts)
     image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
