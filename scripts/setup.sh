@@ -22,7 +22,9 @@ apptainer_conf=$root/etc/apptainer/apptainer.conf
 
 apt_packages=(munge squashfs-tools debootstrap shellcheck iproute2 util-linux procps psmisc cmake
               g++ make libcap2-bin mariadb-server
-              libibverbs1 ibverbs-providers)  # the doctor's rdma tests load the real verbs library
+              libibverbs1 ibverbs-providers  # the doctor's rdma tests load the real verbs library
+              docker-registry skopeo)  # registry images with an ENTRYPOINT, imported by Enroot
+                                       # (tests/helpers/entrypoint_images.py); no daemon started
 # Slurm: the series sites run today, Debian trixie's 24.11, unless LAB_SLURM=22.05 (bookworm's;
 # on a fresh machine only: setup never downgrades). slurmdbd with MariaDB for accounting; the
 # MariaDB server stays bookworm's 10.11 (in apt_packages): trixie's 11.8.9 makes 24.11.5's

@@ -4,7 +4,8 @@
 # patterns) that are set in this task (`--env NAME` of an unset NAME would set it empty:
 # Enroot passes none by itself), gives the container exactly the GPUs Slurm gave the task
 # (`void` when none, never `all`), makes and mounts the per-user cache (TORCHRUN_JSC_CACHE),
-# then `enroot start` with the rest.
+# then `enroot start` with the rest, the kit's command script (enroot-rc.sh) instead of the
+# image's /etc/rc: the kit's command runs, never the ENTRYPOINT of a registry image.
 set -euo pipefail
 names=$1
 shift
@@ -24,4 +25,4 @@ esac
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
 jsc_cache_dir
 [ -z "$cache" ] || pass+=(--mount "$cache:$cache")
-exec enroot start "${pass[@]}" "$@"
+exec enroot start --rc "${BASH_SOURCE[0]%/*}/enroot-rc.sh" "${pass[@]}" "$@"

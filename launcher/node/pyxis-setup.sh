@@ -26,10 +26,13 @@ flock 9
 # mount the set-up step's PMIx directories, which a step without MPI does not have).
 export NVIDIA_VISIBLE_DEVICES=void
 unset "${!PMIX_@}" "${!PMI_@}"
+# The kit's command script, not the image's /etc/rc: a registry image's ENTRYPOINT would run
+# instead of the check and the mark (enroot-rc.sh).
+rc=${BASH_SOURCE[0]%/*}/enroot-rc.sh
 have() { enroot list | grep -qxF -- "$1"; }
 if have "$name"; then
     # shellcheck disable=SC2016  # $1 is the inner sh's
-    if enroot start -- "$name" sh -c '[ -e "$1" ]' check /.torchrun-jsc-created 2>/dev/null; then
+    if enroot start --rc "$rc" -- "$name" sh -c '[ -e "$1" ]' check /.torchrun-jsc-created 2>/dev/null; then
         echo "pyxis: reusing container $name on $host"
     else
         echo "pyxis: removing $name, left by an interrupted create on $host"
@@ -40,7 +43,7 @@ if ! have "$name"; then
     echo "pyxis: creating container $name from $image on $host"
     enroot create --name "$name" -- "$image" >/dev/null
     # shellcheck disable=SC2016  # $1 is the inner sh's
-    enroot start --root --rw -- "$name" sh -c ': >"$1"' mark /.torchrun-jsc-created
+    enroot start --root --rw --rc "$rc" -- "$name" sh -c ': >"$1"' mark /.torchrun-jsc-created
 fi
 base=${name%-*-*}
 shopt -s extglob

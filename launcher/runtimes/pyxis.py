@@ -3,10 +3,11 @@ Slurm's SPANK plugin over Enroot); for a local squashfs the kit creates pyxis' n
 container once per node first (launcher/runtimes/enroot_scripts.py PYXIS_SETUP).
 
 Images: [USER@][REGISTRY#]IMAGE[:TAG] (docker://, dockerd://, podman:// allowed) or a
-squashfs file. Binds go into --container-mounts (split on ':', ',' and whitespace). What it
-can run: only what srun starts, so not mpirun (Open MPI's daemons are started without the
-container flags) and not submitit (which quotes its srun flags); the task script runs
-inside the container, bash included.
+squashfs file; the image's ENTRYPOINT never runs (--no-container-entrypoint). Binds go into
+--container-mounts (split on ':', ',' and whitespace). What it can run: only what srun
+starts, so not mpirun (Open MPI's daemons are started without the container flags) and not
+submitit (which quotes its srun flags); the task script runs inside the container, bash
+included.
 """
 
 from __future__ import annotations
@@ -113,4 +114,9 @@ class Pyxis(ContainerRuntime):
             out.append(word("--container-name=", Var("enroot_name")))
         else:
             out.append(f"--container-name={self.config.container_name or stem(image)}")
+        # The kit's command, never the image's ENTRYPOINT (one that does not exec its
+        # arguments would stop the container's start), whatever the site's plugstack
+        # execute_entrypoint or PYXIS_CONTAINER_ENTRYPOINT say (pyxis >= 0.8; the kit already
+        # needs >= 0.15 for --container-env).
+        out.append("--no-container-entrypoint")
         return out

@@ -300,6 +300,8 @@ def test_enroot_container_created_once_and_reused(plain_fakes):
     starts = [r for r in fakes.records("enroot") if r["argv"][0] == "start"]
     assert len(starts) == 4 and all(name in r["argv"] for r in starts)
     assert "--rw" not in starts[0]["argv"] and "--root" not in starts[0]["argv"]
+    # The kit's command script, never the image's /etc/rc (a registry image's ENTRYPOINT).
+    assert all(r["argv"][1:3] == ["--rc", f"{KIT}/node/enroot-rc.sh"] for r in starts)
     data = f"/tmp/enroot-{fakes.env['FAKE_USER']}/config-data"  # the site's enroot.conf
     assert all("ENROOT_DATA_PATH" not in r["env"] and r["data"] == data for r in starts)
     image.write_text("squashfs v2, rebuilt")  # a new image gets a new container
@@ -411,6 +413,7 @@ def test_pyxis_flags(plain_fakes):
     assert f"--container-workdir={d}" in srun["argv"]
     (name,) = [a for a in srun["argv"] if a.startswith("--container-name=")]
     assert name.startswith("--container-name=image-8-")  # the image's stamp: size-mtime
+    assert "--no-container-entrypoint" in srun["argv"]  # the kit's command, not an ENTRYPOINT
 
 
 def test_failing_task_fails_the_job(fakes):

@@ -333,10 +333,14 @@ def enroot(argv: List[str]) -> int:
         (target / "etc").mkdir()  # the last thing extracted: a complete tree has it
         return 0
     if argv[:1] == ["start"]:
-        opts, rest = _options(argv[1:], ("--mount", "--env", "-m", "-e"))
+        opts, rest = _options(argv[1:], ("--mount", "--env", "-m", "-e", "--rc"))
         name, cmd = rest[0], rest[1:]
         if not (data / name / "etc").is_dir():
             print(f"[ERROR] No such file or directory: {data / name}", file=sys.stderr)
+            return 1
+        rc = opts.get("--rc")
+        if rc is not None and not Path(rc).is_file():
+            print(f"[ERROR] No such file or directory: {rc}", file=sys.stderr)
             return 1
         # Like Enroot: the container sees the image's environment and the variables named
         # with --env over it (a name that is not set arrives set to the empty string).
@@ -349,7 +353,9 @@ def enroot(argv: List[str]) -> int:
         # No root filesystem of its own: paths under the container's / that the kit's
         # scripts name as arguments (the pyxis set-up's marker) point into the tree.
         cmd = [str(data / name / a[1:]) if a.startswith("/.torchrun-jsc") else a for a in cmd]
-        return subprocess.run(cmd, env=env, check=False).returncode
+        # --rc: the command script runs with the command as its arguments (Enroot's
+        # enroot-switchroot: `sh RC COMMAND...`).
+        return subprocess.run((["sh", rc] if rc else []) + cmd, env=env, check=False).returncode
     return 1
 
 

@@ -292,15 +292,15 @@ def test_node_run_py_runs_a_command_under_python_3_6(tmp_path):
 
 
 def test_every_kit_shell_file_passes_shellcheck():
-    """The kit's own shell files (node side: bash; the task prelude hook.sh and the
-    nccl-net.sh it sources: POSIX sh), each
-    checked as run, following what it sources; a finding is either fixed or annotated in the
-    file with why."""
+    """The kit's own shell files (node side: bash; the task prelude hook.sh and the nccl-net.sh
+    it sources, and Enroot's command script enroot-rc.sh, all run by the container's sh: POSIX
+    sh), each checked as run, following what it sources; a finding is either fixed or annotated
+    in the file with why."""
     assert shutil.which("shellcheck"), "shellcheck missing: run `make setup` (apt shellcheck)"
     files = sorted(NODE_DIR.glob("*.sh")) + sorted(TASK_DIR.glob("*.sh"))
     assert len(files) >= 8, files
     for path in files:
-        shell = "sh" if path.name in ("hook.sh", "nccl-net.sh") else "bash"
+        shell = "sh" if path.name in ("hook.sh", "nccl-net.sh", "enroot-rc.sh") else "bash"
         done = subprocess.run(["shellcheck", "-x", f"--shell={shell}", path.name],
                               cwd=path.parent, capture_output=True, text=True, timeout=60,
                               check=False)

@@ -170,6 +170,7 @@ def test_each_mode_and_runtime_argv():
     pyxis = plan_launch(spec_of(base + "runtime: {kind: pyxis, image: nvcr.io#nv/pt:24.01}"))[1]
     assert "--container-image=nvcr.io#nv/pt:24.01" in pyxis.starter
     assert "--container-name=pt_24.01" in pyxis.starter
+    assert pyxis.starter[-1] == "--no-container-entrypoint"  # the kit's command, not the image's
     assert word("--container-mounts=", kit.KIT, ":", kit.KIT, ":ro,", Var("PWD"), ":",
                 Var("PWD")) in pyxis.starter  # the kit, read-only at its own path
     assert pyxis.task[:3] == ("python3", kit.file("task/run.py"), "torchrun_jsc")
