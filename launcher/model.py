@@ -238,7 +238,8 @@ JSC_SUFFIXES = SuffixRule((("juwels", "i"), ("juwelsbooster", "i"), ("jurecadc",
 #   FI_CXI_RDZV_EAGER_SIZE/THRESHOLD/GET_MIN=0, FI_CXI_RX_MATCH_MODE=hybrid, NCCL_CROSS_NIC=1,
 #   NCCL_NET_GDR_LEVEL=PHB.
 # - TORCHRUN_JSC_OFI_NCCL=1: what only the node can tell, decided in each task's container
-#   (launcher/task/nccl-net.sh, sourced by hook.sh): NCCL_NET=OFI where the net plugin is
+#   (launcher/task/nccl-net.sh, sourced by hook.sh): NCCL_NET="AWS Libfabric" (every
+#   aws-ofi-nccl release's name; OFI only from 1.12) where the net plugin is
 #   found as NCCL looks for it (NCCL_NET_PLUGIN, libnccl-net.so; RCCL's librccl-net.so), so a
 #   plugin that fails to load fails loudly instead of falling back to TCP, else one line
 #   saying NCCL between nodes runs over TCP sockets; and NCCL_PROTO=^LL128 on aarch64 (Grace:

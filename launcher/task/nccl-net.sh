@@ -9,7 +9,9 @@
 #    name in NCCL_NET_PLUGIN (a comma-separated list; `none`: no plugin) as given, then,
 #    unless it is a path or a lib*.so name, libnccl-net-NAME.so; without NCCL_NET_PLUGIN only
 #    libnccl-net.so. A name without '/' is found where dlopen finds it: LD_LIBRARY_PATH, the
-#    ld.so cache, the default directories. Found: NCCL_NET=OFI (HPE's shs-ccl-docs), so that a
+#    ld.so cache, the default directories. Found: NCCL_NET="AWS Libfabric", the name every
+#    aws-ofi-nccl release answers to (1.12+ also "Libfabric" and "OFI", aws/aws-ofi-nccl#530;
+#    HPE's shs-ccl-docs now write OFI, which plugins up to 1.11 reject), so that a
 #    plugin that cannot load stops NCCL instead of a silent fallback to TCP sockets. A plugin
 #    NCCL does not load by default (NGC's libnccl-net-aws.so, aws-ofi-nccl >= 1.15's
 #    libnccl-net-ofi.so without its libnccl-net.so link) is named in the line, not chosen.
@@ -96,9 +98,9 @@ if [ -z "${NCCL_NET:-}" ]; then
     jsc_how="NCCL's default name"
     if [ -n "${NCCL_NET_PLUGIN:-}" ]; then jsc_how="NCCL_NET_PLUGIN=$NCCL_NET_PLUGIN"; fi
     if [ -n "$jsc_plugin" ]; then
-        NCCL_NET=OFI
+        NCCL_NET="AWS Libfabric"
         export NCCL_NET
-        jsc_said="NCCL net plugin $jsc_plugin ($jsc_how): NCCL_NET=OFI"
+        jsc_said="NCCL net plugin $jsc_plugin ($jsc_how): NCCL_NET=\"AWS Libfabric\""
     else
         jsc_others=""
         if [ -z "${NCCL_NET_PLUGIN:-}" ]; then jsc_others=$(jsc_unloaded); fi

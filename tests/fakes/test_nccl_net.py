@@ -4,8 +4,8 @@ NCCL_PROTO=^LL128 on aarch64 only.
 
 The plugin: NCCL_NET_PLUGIN's names (as given, then libnccl-net-NAME.so; `none`: no plugin),
 else libnccl-net.so (RCCL: librccl-net.so), looked for in LD_LIBRARY_PATH, the ld.so cache
-(a fake `ldconfig -p` on PATH) and the default directories; found: NCCL_NET=OFI; a plugin NCCL
-does not load by default (NGC's libnccl-net-aws.so) is named with the NCCL_NET_PLUGIN that
+(a fake `ldconfig -p` on PATH) and the default directories; found: NCCL_NET="AWS Libfabric" (the
+name every aws-ofi-nccl release answers to); a plugin NCCL does not load by default (NGC's libnccl-net-aws.so) is named with the NCCL_NET_PLUGIN that
 would load it, and not chosen. The architecture comes from a fake `uname`. A NCCL_NET or
 NCCL_PROTO the job or image set is kept; only node 0's first task speaks, in one line.
 """
@@ -58,15 +58,15 @@ def lib_dir(tmp_path: Path, *names: str, where: str = "ofi lib") -> Path:
 def test_default_name_on_the_library_path_sets_ofi(tmp_path):
     lib = lib_dir(tmp_path, "libnccl-net.so")
     done = hook(tmp_path, fake_bin(tmp_path), LD_LIBRARY_PATH=f"/nonexistent::{lib}")
-    assert done.stdout == "OFI|unset|unset"
+    assert done.stdout == "AWS Libfabric|unset|unset"
     assert done.stderr == f"torchrun-jsc: NCCL net plugin {lib}/libnccl-net.so (NCCL's " \
-        "default name): NCCL_NET=OFI\n"
+        "default name): NCCL_NET=\"AWS Libfabric\"\n"
 
 
 def test_rccl_plugin_and_the_ld_cache_count(tmp_path):
     lib = lib_dir(tmp_path, "librccl-net.so", where="rocm")
     cached = hook(tmp_path, fake_bin(tmp_path, cache={"librccl-net.so": str(lib / "librccl-net.so")}))
-    assert cached.stdout == "OFI|unset|unset"
+    assert cached.stdout == "AWS Libfabric|unset|unset"
     assert f"plugin {lib}/librccl-net.so (NCCL's default name)" in cached.stderr
 
 
@@ -88,15 +88,15 @@ def test_ngc_plugin_nccl_does_not_load_is_named_not_chosen(tmp_path):
 def test_nccl_net_plugin_is_followed(tmp_path, plugin, file):
     lib = lib_dir(tmp_path, file, "libnccl-net.so")
     done = hook(tmp_path, fake_bin(tmp_path), LD_LIBRARY_PATH=str(lib), NCCL_NET_PLUGIN=plugin)
-    assert done.stdout == f"OFI|unset|{plugin}"  # the image's or user's choice stays
+    assert done.stdout == f"AWS Libfabric|unset|{plugin}"  # the image's or user's choice stays
     assert done.stderr == f"torchrun-jsc: NCCL net plugin {lib}/{file} " \
-        f"(NCCL_NET_PLUGIN={plugin}): NCCL_NET=OFI\n"
+        f"(NCCL_NET_PLUGIN={plugin}): NCCL_NET=\"AWS Libfabric\"\n"
 
 
 def test_a_path_and_none(tmp_path):
     lib = lib_dir(tmp_path, "libnccl-net.so", "custom.so")
     path = hook(tmp_path, fake_bin(tmp_path), NCCL_NET_PLUGIN=str(lib / "custom.so"))
-    assert path.stdout.startswith("OFI|")
+    assert path.stdout.startswith("AWS Libfabric|")
     # `none`: NCCL loads no plugin, even with libnccl-net.so right there.
     none = hook(tmp_path, fake_bin(tmp_path), LD_LIBRARY_PATH=str(lib), NCCL_NET_PLUGIN="none")
     assert none.stdout == "unset|unset|none"
@@ -116,13 +116,13 @@ def test_a_plugin_name_that_finds_nothing(tmp_path):
 def test_aarch64_gets_no_ll128_and_what_was_set_is_kept(tmp_path):
     lib = lib_dir(tmp_path, "libnccl-net.so")
     grace = hook(tmp_path, fake_bin(tmp_path, arch="aarch64"), LD_LIBRARY_PATH=str(lib))
-    assert grace.stdout == "OFI|^LL128|unset"
+    assert grace.stdout == "AWS Libfabric|^LL128|unset"
     assert grace.stderr.count("\n") == 1
-    assert grace.stderr.endswith("NCCL_NET=OFI; aarch64 (Grace): NCCL_PROTO=^LL128 "
+    assert grace.stderr.endswith("NCCL_NET=\"AWS Libfabric\"; aarch64 (Grace): NCCL_PROTO=^LL128 "
                                  "(NVIDIA/nccl#2001)\n")
     kept = hook(tmp_path, fake_bin(tmp_path, arch="aarch64"), LD_LIBRARY_PATH=str(lib),
-                NCCL_NET="AWS Libfabric", NCCL_PROTO="Simple")
-    assert (kept.stdout, kept.stderr) == ("AWS Libfabric|Simple|unset", "")
+                NCCL_NET="OFI", NCCL_PROTO="Simple")
+    assert (kept.stdout, kept.stderr) == ("OFI|Simple|unset", "")
 
 
 def test_only_node_0_task_0_speaks_and_only_under_cray_ex(tmp_path):
@@ -130,7 +130,7 @@ def test_only_node_0_task_0_speaks_and_only_under_cray_ex(tmp_path):
     bin_dir = fake_bin(tmp_path, arch="aarch64")
     for where in ({"SLURM_NODEID": "3"}, {"SLURM_LOCALID": "1"}):
         other = hook(tmp_path, bin_dir, LD_LIBRARY_PATH=str(lib), **where)
-        assert (other.stdout, other.stderr) == ("OFI|^LL128|unset", "")
+        assert (other.stdout, other.stderr) == ("AWS Libfabric|^LL128|unset", "")
     off = hook(tmp_path, bin_dir, LD_LIBRARY_PATH=str(lib), TORCHRUN_JSC_OFI_NCCL="")
     assert (off.stdout, off.stderr) == ("unset|unset|unset", "")
 
@@ -144,9 +144,9 @@ def test_an_image_without_awk_still_finds_the_plugin_quietly(tmp_path):
            "LD_LIBRARY_PATH": str(lib)}
     done = subprocess.run(["/bin/sh", str(HOOK), "/bin/sh", "-c", SHOW], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=30, check=True)
-    assert done.stdout == "OFI|unset|unset"
+    assert done.stdout == "AWS Libfabric|unset|unset"
     assert done.stderr == f"torchrun-jsc: NCCL net plugin {lib}/libnccl-net.so (NCCL's " \
-        "default name): NCCL_NET=OFI\n"
+        "default name): NCCL_NET=\"AWS Libfabric\"\n"
     missing = subprocess.run(["/bin/sh", str(HOOK), "/bin/sh", "-c", SHOW], capture_output=True,
                              text=True, env={**env, "LD_LIBRARY_PATH": "/nonexistent"},
                              cwd=tmp_path, timeout=30, check=True)
