@@ -1,6 +1,6 @@
 """Ring 2: the requeue signal reaches the program's own handler (torchrun_jsc_kit/stop.py,
-armed by the kit's hook in every rank of a job with job.requeue), under this Python and a real
-Python 3.8. Real processes and signals, no torch, no sleeps: the parent and the rank go step by
+armed by the kit's hook in every rank of a job with job.requeue), under real Pythons 3.8, this
+one and 3.13. Real processes and signals, no torch, no sleeps: the parent and the rank go step by
 step over pipes.
 
 A rank signalled before it has a handler (still importing torch) neither dies nor loses the
@@ -28,14 +28,16 @@ HOOK = REPO / "launcher" / "task" / "hook"
 HELD = "came before the program installed a handler for it: held until it does"
 
 
-def python38() -> str:
-    """Python 3.8, the oldest the images may have (pyenv's on this machine kind)."""
-    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
-    assert found, "no Python 3.8 under ~/.pyenv/versions: this machine kind has pyenv's 3.8.18"
+def pyenv(version: str) -> str:
+    """pyenv's Python VERSION (this machine kind has 3.8.18 and 3.13.0)."""
+    pattern = f"~/.pyenv/versions/{version}.*/bin/python{version}"
+    found = sorted(glob.glob(os.path.expanduser(pattern)))
+    assert found, f"no Python {version} under ~/.pyenv/versions (this machine kind has pyenv's)"
     return found[-1]
 
 
-PYTHONS = {"this": sys.executable, "3.8": python38()}
+# The oldest the images may have, this one, and the newest torch supports.
+PYTHONS = {"3.8": pyenv("3.8"), "this": sys.executable, "3.13": pyenv("3.13")}
 
 # The rank: says it started (and whether the signal has a handler, as Lightning asks), waits
 # for the parent's word, installs its handler (or not), and reports what its handler saw.
