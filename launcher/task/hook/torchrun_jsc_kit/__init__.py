@@ -27,7 +27,7 @@ from .gpu import device_index, select_device
 from .requeue import MARKER_ENV, SIGNAL_ENV, StopRequest
 
 __version__ = "0.1.0"  # the kit's (launcher.__version__; a ring-1 test keeps them equal)
-HOOK_MODULE = "jsc_stacks_hook"  # the stack hook in sys.modules (launcher/task/hook/sitecustomize.py)
+HOOK_MODULE = "jsc_stacks_hook"  # the stack hook in sys.modules (hook/sitecustomize.py)
 
 
 def progress() -> None:
