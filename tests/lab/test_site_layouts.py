@@ -84,7 +84,8 @@ WHY = {"cray": "rendezvous host nid000001: it resolves to 10.66.20.1 on hsn0, 10
        "jupiter-generic": "rendezvous host 10.66.1.1: jpbo-001-01's site.socket_ifname "
                           "interface ib0, since its name resolves to 10.67.1.1 on eth0 (set "
                           "site.hostname_suffix to rendezvous by name)"}
-NO_PLUGIN = "torchrun-jsc: no NCCL libfabric plugin (libnccl-net*.so, aws-ofi-nccl) in this image"
+NO_PLUGIN = ("torchrun-jsc: no NCCL net plugin (aws-ofi-nccl; tried libnccl-net.so, "
+             "librccl-net.so): NCCL between nodes runs over TCP sockets")
 DOCTORS = [("jupiter", "jupiter"), ("cray", None), ("fqdn", None)]
 PROGRAMS = {"torchrun": [str(REPO / "examples/ddp_train.py"), "--steps", "5"],
             "srun": [str(REPO / "examples/distributed_sum.py")]}
