@@ -245,16 +245,23 @@ def ensure_build_user() -> None:
                 f.write(f"{BUILD_USER}:300000:65536\n")
 
 
+def source_copy(top: Path) -> Path:
+    """TOP/repo: the checkout's sources without builds, caches or venvs, for the build user
+    (whose build must not see or write the checkout's own build/)."""
+    copy = top / "repo"
+    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.sif", "*.sqsh", "bench-results", "logs", "__pycache__",
+        ".pytest_cache", "wheelhouse"))
+    return copy
+
+
 def test_fakeroot_build_as_unprivileged_user(image: Path) -> None:
     """FAKEROOT=1: an ordinary user builds the launcher layer on the (root-built) base with
     `apptainer build --fakeroot`, and the image passes its %test, as on sites without root."""
     ensure_build_user()
     top = Path(tempfile.mkdtemp(prefix="build-image-fakeroot-", dir="/tmp"))
     try:
-        copy = top / "repo"
-        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "*.sif", "*.sqsh", "bench-results", "logs", "__pycache__",
-            ".pytest_cache", "wheelhouse"))
+        copy = source_copy(top)
         (copy / "build").mkdir()
         try:  # the root-built base, read-only (the checkout's parents may be closed to the user)
             os.link(BASE, copy / "build" / "base-local.sif")

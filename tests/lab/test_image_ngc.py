@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.lab.test_image import BASE, BUILD_USER, REPO, ensure_build_user, make
+from tests.lab.test_image import (BASE, BUILD_USER, REPO, ensure_build_user, make,
+                                  source_copy)
 
 STANDIN_DIR = REPO / "build" / "ngc-standin"
 ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -51,10 +52,7 @@ def test_fakeroot_user_builds_ngc_base_and_image_from_an_archive() -> None:
     ensure_build_user()
     top = Path(tempfile.mkdtemp(prefix="build-image-ngc-", dir="/tmp"))
     try:
-        copy = top / "repo"
-        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "*.sif", "*.sqsh", "bench-results", "logs", "__pycache__",
-            ".pytest_cache", "wheelhouse"))
+        copy = source_copy(top)
         subprocess.run(["chown", "-R", f"{BUILD_USER}:", str(top)], check=True)
         # The archive's directory must be reachable for the user (the checkout may not be).
         readable = subprocess.run(["runuser", "-u", BUILD_USER, "--", "test", "-r", str(archive)])
