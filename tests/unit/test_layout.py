@@ -15,15 +15,16 @@ graph of launcher/ has no cycle. The docs' table names the same node side.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Set
 
 import pytest
+
+from tests.helpers import architecture
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,59 +43,16 @@ PROGRAMS = {"launcher.task.torchrun_jsc.__main__", "launcher.node.run", "launche
             "launcher.task.hook.sitecustomize"}
 
 
-def module_names() -> Dict[str, Path]:
-    """Every module under launcher/ by dotted name (a package by its own name)."""
-    out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
-
-
-MODULES = module_names()
+MODULES = architecture.module_names(ROOT)
 
 
 def is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
-def ancestors(name: str) -> List[str]:
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def imports(name: str) -> Set[str]:
-    """The launcher modules ``name`` imports anywhere in its text (module level, functions,
-    guarded blocks), with the packages an import runs on the way (``import launcher.a.b``
-    runs ``launcher.a`` first), except ``name``'s own packages (already running)."""
-    package = name if is_package(name) else name.rpartition(".")[0]
-    targets: Set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            for alias in node.names:  # `from pkg import submodule` imports the submodule
-                full = f"{module}.{alias.name}"
-                targets.add(full if full in MODULES else module)
-    out = set()
-    for target in targets:
-        if target.split(".")[0] != "launcher":
-            continue
-        assert target in MODULES, f"{name} imports {target}, which is not in launcher/"
-        out.add(target)
-        out.update(a for a in ancestors(target) if a not in ancestors(name))
-    out.discard(name)
-    return out
-
-
-GRAPH = {name: imports(name) for name in MODULES}
+ancestors = architecture.ancestors
+cycles = architecture.cycles
+GRAPH = architecture.graph(ROOT)
 
 
 def node_side() -> Set[str]:
@@ -139,41 +97,6 @@ def test_node_side_imports_stay_on_the_node_side():
     """Static, so an import inside a function (the one run later on the node) counts too."""
     bad = sorted(f"{m} imports {t}" for m in NODE | ROOTS for t in GRAPH[m] if t in COMPOSER)
     assert not bad, "node-side code imports composer code: " + "; ".join(bad)
-
-
-def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
-    """The strongly connected components with more than one module (Tarjan), sorted."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    out: List[List[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return sorted(out)
 
 
 def test_cycles_finds_a_cycle():
