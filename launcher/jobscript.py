@@ -1,48 +1,20 @@
-"""render_jobscript(): a validated JobSpec -> the exact text of a Slurm batch script.
+"""The jobscript: a job plan (launcher.plan) as the exact text of a Slurm batch script.
 
-Where it sits: spec -> runtimes + modes (plans) -> **jobscript** -> submit. Pure and
-deterministic: no environment, no subprocess, no clock. Every value from the spec reaches
-the text through launcher.shell (argv tokens, assignments, #SBATCH quoting).
+Where it sits: spec -> plan -> **jobscript** (text) -> submit. Pure and deterministic: no
+environment, no subprocess, no clock. Every value from the spec reaches the text through
+launcher.shell (argv tokens, assignments, #SBATCH quoting); the order of the pieces is the
+plan's, never written here.
 """
 
 from __future__ import annotations
 
-import posixpath
-import re
 from pathlib import PurePosixPath
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Tuple
 
 from launcher import __version__
-from launcher.placement import cpu_lines, exclusive_default
-from launcher.modes import Plan, mode_for, plan_launch
-from launcher import hangs_script, kit, requeue_script
-from launcher.doctor.ship import doctor_lines
-from launcher.internode import host_lines
-from launcher.runtimes import ContainerRuntime
-from launcher.slurm import rdzv_port_lines
-from launcher.shell import Assign, PathExport, Raw, Statement, Var, expansion, \
-    expansion_names, join, render_statement, require_vars, sbatch_quote, word
-from launcher.model import FastInterface, JobSpec, SuffixRule
-from launcher.venvjob import MODULES_FILE, check_lines
-
-
-def sbatch_options(spec: JobSpec, plan: Plan) -> List[Tuple[str, Optional[str]]]:
-    """(option, value) pairs for the #SBATCH block, sorted; value None is a bare flag."""
-    job = spec.job
-    opts: List[Tuple[str, Optional[str]]] = [
-        ("job-name", job.name), ("nodes", str(job.nodes)),
-        ("ntasks-per-node", str(plan.tasks_per_node)), ("output", job.output)]
-    optional = {"time": job.time, "partition": job.partition, "account": job.account,
-                "error": job.error,
-                "cpus-per-task": None if job.cpus_per_task is None else str(job.cpus_per_task),
-                "gpus-per-node": str(job.gpus_per_node) if job.gpus_per_node else None}
-    opts += [(k, v) for k, v in optional.items() if v is not None]
-    opts += list(job.sbatch) + requeue_script.sbatch_options(job.requeue)
-    opts += hangs_script.sbatch_options(spec)
-    exclusive = exclusive_default(spec)
-    if exclusive is not None:
-        opts.append(exclusive)
-    return sorted(opts)
+from launcher.model import JobSpec
+from launcher.plan import JobPlan, build_plan, setup_lines
+from launcher.shell import render_statement, sbatch_quote
 
 
 def _comment(text: str) -> str:
@@ -62,193 +34,37 @@ def _header(spec: JobSpec, version: str) -> List[str]:
     ]
 
 
-def expanded_names(spec: JobSpec) -> List[str]:
-    """Every variable the spec's values expand at run time (docs/guide/spec-values.md), sorted."""
-    rt = spec.runtime
-    values = [*spec.program, rt.image or "", rt.cache_dir or "", spec.site.venv or ""]
-    values += [path for b in rt.binds for path in (b.source, b.target)]
-    return sorted({name for value in values for name in expansion_names(value)})
+def sbatch_options(plan: JobPlan) -> List[Tuple[str, Optional[str]]]:
+    """(option, value) pairs for the #SBATCH block, sorted; value None is a bare flag."""
+    return [(o.option, o.value) for o in plan.sbatch]
 
 
-def site_lines(spec: JobSpec) -> List[Statement]:
-    site = spec.site
-    if isinstance(site.hostname_suffix, SuffixRule):
-        suffix = ", nodes reach each other by their system's inter-node names (below)"
-    elif isinstance(site.hostname_suffix, FastInterface):
-        suffix = ", the rendezvous on the first node's fast interface (below)"
-    else:
-        suffix = f", nodes reach each other as <hostname>{site.hostname_suffix}" \
-            if site.hostname_suffix else ""
-    out: List[Statement] = [Raw(f"# Site profile {site.profile}{suffix}.")]
-    names = expanded_names(spec)
-    if names:
-        out += [Raw("# The spec's $VARs and ~, expanded below: stop here if one is unset."),
-                require_vars(names)]
-    if site.venv:
-        out += [Raw(f"# Built with `jsc-compose venv`? Then warn if its modules ({MODULES_FILE}) "
-                    "differ.")] + check_lines(site)
-    if site.modules or site.venv:
-        out.append(Raw("set +u  # module and venv activation scripts are not written for set -u"))
-        if site.modules:
-            if site.module_purge:
-                out.append(Raw("module purge  # site.module_purge: only site.modules below"))
-            out.append(Raw(join(["module", "load", *site.modules])))
-        if site.venv:
-            out += [Raw("# shellcheck source=/dev/null"),
-                    Raw(join(["source", expansion(posixpath.join(site.venv, "bin",
-                                                                 "activate"))]))]
-        out.append(Raw("set -u"))
-    if site.socket_ifname:
-        # NCCL matches a plain name as a prefix (ib0 would also take ib01): `=NAME` is exact.
-        plain = site.socket_ifname[:1] not in "=^" and "," not in site.socket_ifname
-        nccl = f"={site.socket_ifname}" if plain else site.socket_ifname
-        out += [Assign("GLOO_SOCKET_IFNAME", site.socket_ifname.lstrip("="), export=True),
-                Assign("NCCL_SOCKET_IFNAME", nccl, export=True)]
-    values = [Assign(name, value, export=True) for name, value in site.env
-              if name not in site.env_defaults]
-    if site.env_defaults:
-        values += [Raw(f"# Site profile {site.profile}'s defaults, where the job's environment "
-                       "(e.g. a module) has none:"),
-                   _defaults_line([(name, value) for name, value in site.env
-                                   if name in site.env_defaults])]
-    return out + values
-
-
-_PLAIN_DEFAULT = re.compile(r"[A-Za-z0-9._,:/+@%^-]*\Z")
-
-
-def _defaults_line(pairs: List[Tuple[str, str]]) -> Raw:
-    """``jsc_defaults NAME=value...`` (launcher/node/job.sh: each exported where the job's
-    environment has no value). Only the built-in profiles have defaults (model
-    SITE_PROFILES), and their values are plain words: anything else is a bug here."""
-    for name, value in pairs:
-        if not _PLAIN_DEFAULT.match(value):
-            raise ValueError(f"site profile default {name}={value!r} is not a plain word")
-        Var(name)  # validates the name
-    return Raw(join(["jsc_defaults", *(f"{name}={value}" for name, value in pairs)]))
-
-
-def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
-    out: List[Statement] = [Assign(name, value, export=True) for name, value in spec.env.values]
-    prepend, append = dict(spec.env.prepend), dict(spec.env.append)
-    out += [PathExport(name, prepend.get(name, ()), append.get(name, ()))
-            for name in sorted(set(prepend) | set(append))]
-    if spec.env.passthrough:
-        how = "inherited by every task" if runtime.inherits_env else \
-            "forwarded by name into the container"
-        out.append(Raw(f"# Passed through from the submit environment, {how}\n"
-                       f"# (values are never written here): {' '.join(spec.env.passthrough)}"))
-    return out
-
-
-def node_count_lines() -> List[Statement]:
-    """Batch scope: $nnodes, which every per-node srun (launcher.runtimes.node_srun) uses."""
-    return [Raw("# The allocation gives the node count (#SBATCH --nodes is its only source) and "
-                "the first node."),
-            Raw('nnodes="$SLURM_JOB_NUM_NODES"')]
-
-
-def rendezvous_lines(spec: JobSpec) -> List[Statement]:
-    """Batch scope: rdzv_host (the first node's inter-node name) and rdzv_port; no fallback
-    when the node list has no first node. The jobscript's and submitit's one preamble."""
-    port = spec.launch.rdzv_port
-    return [
-        Raw("jsc_first_node || exit 1"),
-        *host_lines(spec.site),
-    ] + [Raw(line) for line in ([f"rdzv_port={port}"] if port is not None else
-                                 rdzv_port_lines("rdzv_port", "rdzv_host"))]
-
-
-# env:// for the tasks (MASTER_ADDR/MASTER_PORT), from the rendezvous above.
-MASTER_ENV = Raw('export MASTER_ADDR="$rdzv_host" MASTER_PORT="$rdzv_port"')
-
-
-def setup_lines(runtime: ContainerRuntime) -> List[str]:
-    """The runtime's once-per-node set-up step (THE per-node srun), or none."""
-    step = runtime.setup_step()
-    return [f"# Once per node: {runtime.kind} setup.", join(step)] if step else []
-
-
-def _geometry_lines(spec: JobSpec, plan: Plan, runtime: ContainerRuntime,
-                    doctor: bool) -> List[Statement]:
-    node_sruns = bool(runtime.setup_step()) or doctor or spec.launch.preflight is not None
-    out: List[Statement] = cpu_lines(spec, plan.srun_tasks_per_node,
-                                     launch_srun=not plan.via_mpirun,
-                                     node_sruns=node_sruns) + node_count_lines()
-    if plan.ntasks:
-        out.append(Raw(f"ntasks=$((nnodes * {plan.tasks_per_node}))"))
-    out += rendezvous_lines(spec)
-    if plan.master_env:
-        out.append(MASTER_ENV)
-    return out + list(plan.batch)
-
-
-def _log_lines(spec: JobSpec, plan: Plan) -> List[Statement]:
-    out: List[Statement] = [Raw("jsc_job_line")]
-    if plan.node_logs and spec.job.node_output is not None:
-        folder = posixpath.dirname(spec.job.node_output)
-        if folder:
-            out.append(Raw(join(["mkdir", "-p", "--", folder])))
-        out += _node_logs_line(spec.job.node_output)
-    return out
-
-
-def _node_logs_line(pattern: str) -> List[Statement]:
-    """echo the per-node log names with %x and %j filled in from the job's own values;
-    %n becomes N, with the range of node indices."""
-    parts: List[Union[str, Var]] = []
-    for literal, code in re.findall(r"([^%]*)(%%|%[0-9]*[A-Za-z]|%|)", pattern):
-        parts.append(literal)
-        parts.append({"%x": Var("SLURM_JOB_NAME"), "%j": Var("SLURM_JOB_ID"), "%%": "%",
-                      "%n": "N"}.get(code, code))
-    if "%n" not in pattern:
-        return [Raw(join(["echo", "per-node logs:", word(*parts)]))]
-    return [Raw(join(["echo", "per-node logs:", word(*parts)]) +
-                ' \\\n    "(N = node index 0..$((nnodes - 1)))"')]
+def render(plan: JobPlan) -> str:
+    """The batch script of ``plan``: header, #SBATCH block, the paragraphs, the set-up step,
+    the steps before the launch, and the launch (none in the doctor's script, which ends
+    after its step)."""
+    lines = _header(plan.spec, plan.version)
+    lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
+              for k, v in sbatch_options(plan)]
+    lines += ["", "set -euo pipefail", ""]
+    for paragraph in plan.paragraphs:
+        lines += [render_statement(s) for s in paragraph.lines] + [""]
+    setup = setup_lines(plan)
+    if setup:
+        lines += setup + [""]
+    lines += list(plan.steps) + list(plan.launch_lines)
+    return "\n".join(lines) + "\n"
 
 
 def render_jobscript(spec: JobSpec, version: str = __version__, doctor: bool = False,
                      kit_dir: Optional[str] = None) -> str:
     """The batch script for ``spec``, byte for byte what `render` prints and `submit` sends.
 
-    ``doctor``: the script `python -m launcher doctor` runs: the same, but it ends after the
-    doctor's step (launcher.doctor.ship) instead of launching. ``kit_dir``: the kit's package
+    ``doctor``: the script `jsc-compose doctor` runs: the same set-up, then the doctor's
+    step (launcher.features.preflight) instead of the launch. ``kit_dir``: the kit's package
     directory the nodes run its code from (launcher.kit.for_render), relative to the submit
     directory or absolute; by default this kit's, absolute."""
-    runtime, plan = plan_launch(spec, hook=not doctor)  # the hook: hangs_script.setup_lines
-    lines = _header(spec, version)
-    lines += [f"#SBATCH --{k}" if v is None else f"#SBATCH --{k}={sbatch_quote(v)}"
-              for k, v in sbatch_options(spec, plan)]
-    lines += ["", "set -euo pipefail", ""]
-    blocks = [kit.lines(kit_dir or str(kit.installed()), version), site_lines(spec), env_lines(spec, runtime),
-              _geometry_lines(spec, plan, runtime, doctor),
-              runtime.batch_lines(), _log_lines(spec, plan),
-              [] if doctor else hangs_script.setup_lines(
-                  spec, mode_for(spec.launch.mode).rank_vars),
-              requeue_script.setup_lines(spec, via_mpirun=plan.via_mpirun)]
-    for block in blocks:
-        if block:
-            lines += [render_statement(s) for s in block] + [""]
-    setup = setup_lines(runtime)
-    if setup:
-        lines += setup + [""]
-    preflight = spec.launch.preflight
-    if doctor or preflight:
-        fake = bool(preflight and preflight.fake_gpus)
-        lines += doctor_lines(spec, runtime, "json" if doctor else "table", fake)
-    if doctor:
-        return "\n".join(lines) + "\n"
-    return "\n".join(lines + _step_lines(spec, plan)) + "\n"
+    return render(build_plan(spec, "doctor" if doctor else "submit", kit_dir, version))
 
 
-def _step_lines(spec: JobSpec, plan: Plan) -> List[str]:
-    """The launch (with the progress watcher when launch.hang_timeout is set); its exit
-    status is the job's."""
-    argv = join(plan.step.argv)
-    return [f"# Launch: {plan.step.comment}.", *hangs_script.watch_lines(spec),
-            *(requeue_script.launch_lines(spec, argv) if spec.job.requeue
-              else hangs_script.launch_lines(argv))]
-
-
-__all__ = ["MASTER_ENV", "node_count_lines", "render_jobscript", "rendezvous_lines",
-           "sbatch_options", "setup_lines"]
+__all__ = ["render", "render_jobscript", "sbatch_options"]

@@ -1,7 +1,9 @@
-"""The thin edge that touches the machine: write a rendered script, call sbatch, read labels.
+"""The thin edge that touches the machine: write a rendered script, call sbatch, and run
+`jsc-compose stacks`' step across a running job's nodes.
 
-Where it sits: spec -> render -> **submit**. Everything above is pure; this module alone
-writes files and runs processes, and raises SubmitError instead of exiting.
+Where it sits: spec -> plan -> text -> **submit**. Everything above is pure; this module (with
+launcher.doctor, which runs the doctor's job) writes files and runs processes, and raises
+SubmitError instead of exiting.
 """
 
 from __future__ import annotations
@@ -10,17 +12,16 @@ import os
 import posixpath
 import re
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence
 
-from launcher.model import JobSpec, SpecError
-from launcher.shell import Var, expansion_parts
-from launcher.spec_site import site_warnings
-
-
-class SubmitError(Exception):
-    """Writing or submitting failed; str() is one line for the CLI."""
+from launcher import kit
+from launcher.features.hangs import seconds_text, stacks_srun
+from launcher.model import JobSpec, SpecError, SubmitError
+from launcher.node.stacks import child_output
+from launcher.shell import Var, expansion_parts, resolve
 
 
 def write_script(text: str, path: str) -> None:
@@ -80,10 +81,9 @@ def local_image_path(image: str, env: Mapping[str, str], cwd: str) -> Optional[s
 
 def submit_warnings(spec: JobSpec, env: Mapping[str, str], cwd: str,
                     submitting: bool = False) -> List[str]:
-    """Lines for stderr: an image file missing where the spec says, a node-local submit
-    directory (the compute nodes cannot see it: the job would die without a log), and the
-    site profile's warnings (spec_site.site_warnings)."""
-    out = site_warnings(spec)
+    """Lines for stderr: an image file missing where the spec says, and a node-local submit
+    directory (the compute nodes cannot see it: the job would die without a log)."""
+    out: List[str] = []
     image = spec.runtime.image
     path = None if image is None or spec.runtime.kind == "bare" else \
         local_image_path(image, env, cwd)
@@ -122,3 +122,66 @@ def sbatch(script: str, extra: Sequence[str] = (), timeout: float = 60.0) -> str
     if not job_id.isdigit():
         raise SubmitError(f"sbatch {script}: unexpected answer {done.stdout.strip()!r}")
     return job_id
+
+
+# How long the srun may run beyond the nodes' own wait (starting the step on every node,
+# printing) before it is killed and what the nodes printed so far is reported.
+STEP_MARGIN_S = 120
+
+
+class StacksStep(NamedTuple):
+    """`jsc-compose stacks`: what the step across the job's nodes got."""
+
+    text: str  # the JSON lines the nodes printed (those read before a timeout)
+    nodes: int
+    timed_out_s: Optional[float]  # the limit the step ran into, None when it ended
+
+
+def run_stacks_step(job: str, wait_s: float) -> StacksStep:
+    """One srun --overlap task per node of the job; their JSON lines. A step still running
+    STEP_MARGIN_S after the nodes' wait is killed, and what it printed until then kept."""
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") if os.environ.get("SLURM_JOB_ID") == job \
+        else None
+    if not nodes:
+        try:
+            nodes = subprocess.run(["squeue", "-h", "-j", job, "-o", "%D"], capture_output=True,
+                                   text=True, timeout=60, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SubmitError(f"stacks: cannot ask squeue about job {job}: {exc}") from None
+    if not nodes.isdigit():
+        raise SubmitError(f"stacks: job {job} is not running (squeue: {nodes!r})")
+    argv = resolve(stacks_srun(Var("job"), Var("nodes"), str(kit.installed()), wait_s),
+                   {"job": job, "nodes": nodes})
+    limit = wait_s + STEP_MARGIN_S
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired as exc:  # srun is killed; its output so far is in exc
+        sys.stderr.write(child_output(exc.stderr))
+        return StacksStep(child_output(exc.stdout), int(nodes), limit)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SubmitError(f"stacks: srun failed: {exc}") from None
+    sys.stderr.write(done.stderr)
+    return StacksStep(done.stdout, int(nodes), None)
+
+
+def timed_out_line(limit_s: float, nodes: int, records: Sequence[Mapping[str, Any]]) -> str:
+    """What a timed-out collection got and what is missing, in one line. A node prints its
+    ranks all at once when its wait is over, so a node that printed nothing is missing."""
+    hosts = sorted({str(r.get("host", "?")) for r in records})
+    missing = nodes - len(hosts)
+    if not records:
+        got = f"no node answered; the ranks of all {_count(nodes, 'node')} are missing"
+    else:
+        got = (f"{_count(len(records), 'rank')} from {len(hosts)} of {_count(nodes, 'node')} "
+               f"({', '.join(hosts)}) above; " +
+               (f"the ranks of the other {_count(missing, 'node')} are missing" if missing > 0
+                else "the last node's list may be cut short"))
+    return f"stacks: the collection timed out after {seconds_text(limit_s)} s: {got}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+__all__ = ["STEP_MARGIN_S", "StacksStep", "SubmitError", "check_log_dirs", "local_image_path",
+           "run_stacks_step", "sbatch", "submit_warnings", "timed_out_line", "write_script"]

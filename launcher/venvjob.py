@@ -25,11 +25,10 @@ from pathlib import PurePosixPath
 from typing import List, Optional, Sequence
 
 from launcher import __version__
-from launcher.model import JobSpec, Site, SpecError
+from launcher.model import JobSpec, Site, SpecError, SubmitError
 from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, expansion, \
     expansion_names, expansion_parts, join, literal_or_word, render_statement, require_vars, \
     sbatch_quote, word
-from launcher.submit import SubmitError
 
 MODULES_FILE = ".jsc-modules"
 PROXIES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")

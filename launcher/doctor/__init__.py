@@ -1,6 +1,4 @@
-"""The doctor: check every node of an allocation before torch starts (docs/guide/doctor.md).
-
-``node`` and ``report`` are the part that runs on the nodes (standard library only, shipped
-as one script by ``ship``); ``ship`` renders the jobscript step; ``run`` is the CLI's side
-(inside an allocation, or a short job it submits and waits for).
+"""The doctor's job: `jsc-compose doctor SPEC` runs the job plan's ``doctor`` script (its set-up,
+then the checks of launcher.features.preflight on every node) inside an allocation or as a
+short job, and reads the reports (launcher/node/doctor: the checks and the table).
 """

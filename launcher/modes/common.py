@@ -11,17 +11,18 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from launcher import kit
-from launcher.model import JobSpec, SpecError
+from launcher.model import FastInterface, JobSpec, Site, SpecError, SuffixRule
 from launcher.runtimes import RUNTIMES
 from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime, gpus_requested
 from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
 from launcher.yamlread import Reader
 
 NTASKS = Var("ntasks")
+SUFFIX = Var("host_suffix")  # batch scope: the suffix the site's rule picked (features.site)
 RDZV_HOST = Var("rdzv_host")
 RDZV_PORT = Var("rdzv_port")
 JOB_ID = Var("SLURM_JOB_ID")
-# Set by launcher.placement.cpu_lines at batch scope; every srun the kit writes asks for its
+# Set by launcher.features.placement at batch scope; every srun the kit writes asks for its
 # CPUs on its command line with one of them (Slurm >= 23.11 reads no SRUN_CPUS_PER_TASK):
 # CPUS_PER_NODE (launcher.runtimes.base) for one task per node, and
 CPUS_PER_TASK = Var("cpus_per_task")  # the launch's srun: the node's CPUs per task it starts
@@ -39,6 +40,16 @@ TASK_KINDS = ("srun", "mpi", "ifname")
 IFNAME_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK") + IFNAME_NAMES
 MPI_TASK_NAMES = IFNAME_NAMES + ("OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")
+
+
+def suffix_token(site: Site) -> Token:
+    """What follows the node name in an inter-node name (deepspeed's hostfile, Ray's
+    --suffix): the fixed suffix, $host_suffix (set at batch scope by the site's rule,
+    launcher.features.site), or none (FastInterface: the nodes keep their names)."""
+    rule = site.hostname_suffix
+    if isinstance(rule, FastInterface):
+        return ""
+    return SUFFIX if isinstance(rule, SuffixRule) else rule
 
 
 def program_argv(spec: JobSpec) -> List[Token]:

@@ -21,10 +21,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, List, Mapping
 
-from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import command_argv
+from launcher.modes.common import command_argv, suffix_token
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
     no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime

@@ -15,10 +15,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional
 
-from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import command_argv, program_argv
+from launcher.modes.common import command_argv, program_argv, suffix_token
 from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, \
     srun_argv
 from launcher.task.ray import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES

@@ -8,9 +8,12 @@ loaded), its batch lines, its once-per-node set-up step, the srun flags and argv
 that start a task in it, and what it can run (mpirun, the task script, submitit). Each
 returns argv lists of shell tokens (launcher.shell) and never quotes anything itself.
 
-Every task of a jobscript's launch reaches its container through ``ContainerRuntime.wrap``,
-the one place where the stack hook's prelude (launcher.hangs_script.hook_argv) is put in
-front of the argv that runs inside: one rule for every runtime, bare included.
+A runtime knows nothing of the features (launcher/features/): the job plan (launcher.plan)
+hands it the ``prelude`` every task of the launch starts through inside the container (the
+stack hook's, features.hangs), which ``ContainerRuntime.wrap`` puts in front of the argv that
+runs inside, one rule for every runtime, bare included; and the names the features export
+to the tasks (``exports``: their value must win over the image's) and the ones that need only
+reach them (``forwards``), which a runtime that passes nothing by itself forwards by name.
 """
 
 from __future__ import annotations
@@ -19,16 +22,13 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence, Tuple, Union
 
-from launcher import hangs_script
-from launcher.task.hook.torchrun_jsc_kit.requeue import MARKER_ENV, SIGNAL_ENV
-from launcher.task.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
     join, literal_or_word, word
 from launcher.model import Bind, JobSpec, Runtime
 
 PWD = Var("PWD")
 # Batch-scope variables of every jobscript (launcher.jobscript, launcher.submitit): the node
-# count, and the CPUs of a one-task-per-node srun (set by launcher.placement.cpu_lines).
+# count, and the CPUs of a one-task-per-node srun (set by launcher.features.placement).
 NNODES = Var("nnodes")
 CPUS_PER_NODE = Var("cpus_per_node")  # one task per node (set-up, doctor, per-node agent)
 DRIVER_CAPS = "NVIDIA_DRIVER_CAPABILITIES"
@@ -114,10 +114,14 @@ class ContainerRuntime:
     submitit_problem: ClassVar[str] = ""
 
     spec: JobSpec
-    # The tasks start through the stack hook's prelude: a jobscript's launch (its batch shell
-    # sets the hook up, launcher.hangs_script.setup_lines); never the doctor's checks, which
-    # enter the container without it, nor submitit's tasks, whose job has no hook.
-    hook: bool = False
+    # Argv every task of the launch starts through, inside the container (the plan's: the
+    # stack hook's prelude in a jobscript's launch; never in the doctor's checks, which enter
+    # the container without it, nor in submitit's tasks).
+    prelude: Tuple[Token, ...] = ()
+    # Names the job exports for the tasks, whose value must win over the image's.
+    exports: Tuple[str, ...] = ()
+    # Names (or NAME* prefixes) that need only reach the tasks.
+    forwards: Tuple[str, ...] = ()
 
     @property
     def config(self) -> Runtime:
@@ -163,10 +167,10 @@ class ContainerRuntime:
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         """The argv that runs ``argv`` as a task inside this runtime; task_env names must
-        reach it. With ``hook``, ``argv`` runs through the stack hook's prelude, itself run
-        inside (after the runtime has set the image's environment), so that the hook goes
-        first on the PYTHONPATH that ``argv`` would have had, which is kept after it."""
-        return self.enter(hangs_script.hook_argv(argv) if self.hook else argv, task_env)
+        reach it. ``argv`` runs through the plan's ``prelude``, itself run inside (after the
+        runtime has set the image's environment): the stack hook's goes first on the
+        PYTHONPATH that ``argv`` would have had, which is kept after it."""
+        return self.enter([*self.prelude, *argv], task_env)
 
     def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         """The argv that runs ``argv`` inside this runtime's container as it is (what each
@@ -198,13 +202,6 @@ def cache_lines() -> List[Statement]:
     """The caches' variables, each only where unset (docs/guide/runtimes.md: Caches)."""
     return [Raw("jsc_cache_env  # caches: node-local, per user, unless set (the image's root is "
                 "read-only)")]
-
-
-def requeue_names(spec: JobSpec) -> Sequence[str]:
-    # Exported by launcher.requeue_script; read by torchrun_jsc and torchrun_jsc_kit.
-    if spec.job.requeue is None:
-        return ()
-    return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)
 
 
 def local_squashfs(image: Optional[str]) -> Optional[str]:

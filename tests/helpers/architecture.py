@@ -210,7 +210,8 @@ def report(root: Path = ROOT) -> str:
              f"units (root files, packages as one, launcher/__init__ apart): {f['units']}",
              f"imports between units: {f['unit_imports']}",
              f"modules (every .py): {f['modules']}, imports between them: {f['module_imports']}",
-             f"import cycles: units {len(f['unit_cycles'])}, modules {len(f['module_cycles'])}"]  # type: ignore[arg-type]
+             f"import cycles: units {len(f['unit_cycles'])}, "  # type: ignore[arg-type]
+             f"modules {len(f['module_cycles'])}"]  # type: ignore[arg-type]
     if floors_:
         lines.append(f"floors (longest import chain between units): {max(floors_.values()) + 1}")
         for level in sorted(set(floors_.values()), reverse=True):

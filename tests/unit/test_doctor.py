@@ -17,7 +17,7 @@ import pytest
 from launcher import kit
 from launcher.cli import main
 from launcher.node.doctor import node, report
-from launcher.doctor.ship import node_config
+from launcher.features.preflight import node_config
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec

@@ -12,11 +12,13 @@ import subprocess
 import pytest
 import yaml
 
-from launcher import cli, hangs_script, kit, stacks_step
+from launcher import cli, kit, submit
+from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
 from launcher.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import MODES, plan_launch
+from launcher.plan import build_plan
 from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
 from launcher.shell import Var, resolve, word
 from launcher.spec import load_spec, parse_spec
@@ -157,12 +159,12 @@ def test_jobscript_lines():
         assert line in job_sh, line
     assert "PYTHONPATH" not in "\n".join(line for line in job_sh.splitlines()
                                         if not line.lstrip().startswith("#"))
-    # The collector the trap runs is the one `jsc-compose stacks` runs (hangs_script).
+    # The collector the trap runs is the one `jsc-compose stacks` runs (features.hangs).
     start = "\njsc_collector() {\n    collector=("
     body = job_sh[job_sh.index(start) + len(start):]
     body = body[:body.index(")\n}\n")]  # the array's words, over its lines
     assert shlex.split(body) == resolve(
-        hangs_script.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
+        hangs_feature.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
     # The hook's prelude is the kit's file: the hook directory first, the image's path after.
     hook = kit.installed() / "task" / "hook.sh"
     done = subprocess.run(["sh", str(hook), "sh", "-c", 'printf %s "$PYTHONPATH"'],
@@ -197,7 +199,7 @@ def test_preflight_checks_enter_the_container_without_the_hook():
         text[text.index("# Launch"):]
 
 
-HOOK = hangs_script.hook_argv([])
+HOOK = hangs_feature.hook_argv([])
 IMAGES = {"apptainer": "i.sif", "enroot": "i.sqsh", "pyxis": "i.sqsh", "bare": None}
 
 
@@ -222,14 +224,15 @@ def test_every_task_starts_through_the_hook_once_inside(mode, kind, spec):
     right where the runtime hands its argv to the container (ContainerRuntime.enter: after
     the image, after Enroot's `env --chdir`, first in a pyxis task), and nothing else differs
     from the plan without it (the preview's)."""
-    rt, plan = plan_launch(spec, hook=True)
+    job = build_plan(spec)  # a jobscript's: the tasks start through the hook's prelude
+    rt, plan = job.runtime, job.launch
     _, plain = plan_launch(spec)
     task = list(plan.task)
     starts = [i for i in range(len(task)) if task[i:i + len(HOOK)] == HOOK]
     assert len(starts) == 1, task
     (i,) = starts
     assert task[:i] + task[i + len(HOOK):] == list(plain.task)
-    assert not any(t == kit.file(hangs_script.HOOK_SCRIPT) for t in plan.starter)
+    assert not any(t == kit.file(hangs_feature.HOOK_SCRIPT) for t in plan.starter)
     entry = rt.enter([])
     assert task[i - len(entry):i] == entry
     if kind == "pyxis" and plan.task_kind:
@@ -264,7 +267,7 @@ def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(stacks_step.subprocess, "run", fake_run)
+    monkeypatch.setattr(submit.subprocess, "run", fake_run)
     assert cli.main(["stacks", "4242"]) == 0
     assert calls[0] == ["squeue", "-h", "-j", "4242", "-o", "%D"]
     assert calls[1][:9] == ["srun", "--overlap", "--jobid=4242", "--nodes=3", "--ntasks=3",
@@ -286,7 +289,7 @@ def test_cli_stacks_keeps_fractional_seconds(monkeypatch, wait, sent):
 
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
-    monkeypatch.setattr(stacks_step.subprocess, "run", fake_run)
+    monkeypatch.setattr(submit.subprocess, "run", fake_run)
     assert cli.main(["stacks", "--wait", wait]) == 1  # no rank answered
     ((argv, timeout),) = calls
     assert argv[-3:] == ["node", "4242", sent] and timeout == float(wait) + 120
@@ -294,7 +297,7 @@ def test_cli_stacks_keeps_fractional_seconds(monkeypatch, wait, sent):
 
 @pytest.mark.parametrize("wait", ["-1", "-0.5", "nan", "inf", "-inf", "1e999", "soon", ""])
 def test_cli_stacks_refuses_a_bad_wait_in_one_line(monkeypatch, capsys, wait):
-    monkeypatch.setattr(stacks_step.subprocess, "run", None)  # nothing may run
+    monkeypatch.setattr(submit.subprocess, "run", None)  # nothing may run
     assert cli.main(["stacks", "4242", f"--wait={wait}"]) == 2
     err = capsys.readouterr().err
     assert err == ("stacks: --wait: seconds each node waits for its ranks' dumps: a finite "
@@ -303,12 +306,12 @@ def test_cli_stacks_refuses_a_bad_wait_in_one_line(monkeypatch, capsys, wait):
 
 def test_seconds_text_loses_nothing():
     for value in (0, 0.5, 10, 10.0, 0.1, 1 / 3, 1e-7, 2.5e6, 1e20):
-        text = hangs_script.seconds_text(value)
+        text = hangs_feature.seconds_text(value)
         assert float(text) == value and "e+" not in text
-    assert hangs_script.seconds_text(10.0) == "10" and hangs_script.seconds_text(0.5) == "0.5"
+    assert hangs_feature.seconds_text(10.0) == "10" and hangs_feature.seconds_text(0.5) == "0.5"
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError):
-            hangs_script.seconds_text(bad)
+            hangs_feature.seconds_text(bad)
 
 
 def timed_out(argv, **kw):
@@ -323,7 +326,7 @@ def timed_out(argv, **kw):
 def test_cli_stacks_keeps_what_came_before_a_timeout(monkeypatch, capsys, json_out):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "3")
-    monkeypatch.setattr(stacks_step.subprocess, "run", timed_out)
+    monkeypatch.setattr(submit.subprocess, "run", timed_out)
     assert cli.main(["stacks", "--wait", "0.5"] + (["--json"] if json_out else [])) == 1
     out, err = capsys.readouterr()
     if json_out:
@@ -342,5 +345,5 @@ def test_cli_stacks_keeps_what_came_before_a_timeout(monkeypatch, capsys, json_o
                                    "may be cut short"),
 ])
 def test_timed_out_line_says_what_is_missing(records, nodes, said):
-    assert stacks_step.timed_out_line(130, nodes, records) == \
+    assert submit.timed_out_line(130, nodes, records) == \
         f"stacks: the collection timed out after 130 s: {said}"

@@ -72,7 +72,8 @@ def test_the_layout_has_both_sides():
     """The lists above mean something: the composer's main parts are not node-side."""
     assert {"launcher.cli", "launcher.spec", "launcher.modes", "launcher.modes.ray",
             "launcher.runtimes", "launcher.jobscript", "launcher.preview", "launcher.model",
-            "launcher.yamlread", "launcher.shell", "launcher.doctor.ship"} <= COMPOSER
+            "launcher.yamlread", "launcher.shell", "launcher.features.preflight",
+            "launcher.plan"} <= COMPOSER
     assert {"launcher.task.ray", "launcher.task.procs", "launcher.task.torchrun_jsc.decide"} <= NODE
     assert ROOTS == {"launcher"}
 

@@ -1,22 +1,45 @@
-"""The doctor as a jobscript step: its config and the srun line.
+"""Feature preflight: ``launch.preflight``, the doctor's checks as the step before the
+launch, and the doctor's own job (`jsc-compose doctor`: the same step, its reports to the CLI).
 
-Where it sits: spec -> runtimes + modes (plans) -> jobscript text, with **ship** adding the
-preflight step (``launch.preflight``, or the script `python -m launcher doctor` runs) after
-the per-node setup and before the launch. The checks are the kit's node-side code
-(launcher/node/doctor, run as ``python3 -I "$kit/node/run.py" doctor ...``).
+Where it sits: spec (:meth:`PreflightFeature.load_launch`) -> **preflight** -> the job plan's
+steps, after the runtime's per-node set-up and before the launch -> text. ``true`` runs every
+check; a mapping sets ``fake_gpus`` (the lab's fake GRES: the GPU check counts
+CUDA_VISIBLE_DEVICES only and says so). ``false`` or absent: no step. The checks are the
+kit's node-side code (launcher/node/doctor, run as ``python3 -I "$kit/node/run.py" doctor
+...``); launcher.doctor runs the doctor's job and reads its reports.
 """
 
 from __future__ import annotations
 
 import json
-from typing import List, Literal
+from dataclasses import replace
+from typing import Any, List, Literal, Mapping, Optional
 
 from launcher import kit
-from launcher.model import JobSpec
+from launcher.features.base import Context, Feature
+from launcher.model import Job, JobSpec, Launch, Preflight
+from launcher.modes import LaunchMode
 from launcher.modes.common import KIT_PROGRAMS
 from launcher.runtimes import ContainerRuntime, node_srun
-from launcher.shell import Assign, Raw, Statement, Token, Var, join, render_statement
+from launcher.shell import Assign, Statement, Token, Var, join, render_statement
 from launcher.task.torchrun_jsc.decide import MIN_TORCH_TEXT
+from launcher.yamlread import Reader
+
+_KEYS = ("fake_gpus",)
+
+
+def load_preflight(r: Reader, value: Any) -> Optional[Preflight]:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return Preflight()
+    if not isinstance(value, dict):
+        raise r.fail("launch.preflight", "must be true, false or a mapping {fake_gpus: BOOL}",
+                     value)
+    m = r.mapping("launch.preflight", value, _KEYS)
+    return Preflight(fake_gpus=r.boolean("launch.preflight.fake_gpus",
+                                         m.get("fake_gpus", False)))
+
 
 Output = Literal["table", "json"]
 
@@ -63,3 +86,27 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
             if output == "table" else "exit 1")
     return head + [render_statement(s) for s in stmts] + [
         join(["jsc_doctor", output, *step]) + " \\\n    || " + stop, ""]
+
+
+class PreflightFeature(Feature):
+    name = "preflight"
+    launch_keys = ("preflight",)
+
+    def load_launch(self, r: Reader, m: Mapping[str, Any], job: Job, launch: Launch,
+                    mode: LaunchMode) -> Launch:
+        return replace(launch, preflight=load_preflight(r, m.get("preflight")))
+
+    def steps(self, ctx: Context) -> List[str]:
+        """The checks' step: the doctor's job ends with it (JSON for the CLI); a job with
+        launch.preflight runs it before the launch (a table, and a cross stops the job)."""
+        preflight = ctx.spec.launch.preflight
+        if ctx.purpose == "doctor" or (preflight and ctx.purpose == "submit"):
+            fake = bool(preflight and preflight.fake_gpus)
+            return doctor_lines(ctx.spec, ctx.runtime,
+                                "json" if ctx.purpose == "doctor" else "table", fake)
+        return []
+
+
+PREFLIGHT = PreflightFeature()
+
+__all__ = ["PREFLIGHT", "doctor_lines", "load_preflight", "node_config"]

@@ -1,25 +1,31 @@
-"""The ``env`` section of a spec: exported values, path edits and pass-through names.
+"""Feature env: the ``env`` section of a spec: exported values, path edits and pass-through
+names, and their lines in the batch script.
 
-Where it sits: **spec** (called by launcher.spec) -> runtimes/modes -> jobscript text. Values
-are exported literally, so a ``$`` in them is refused: it almost always means a variable
-the user expected the shell to expand (``PATH: /opt/bin:$PATH`` would make every later
-command "not found"). ``$$`` stands for a literal ``$``; ``env.prepend``/``env.append``
-are the explicit form for extending PATH-like variables at run time.
+Where it sits: spec (launcher.spec reads the section with :func:`load`) -> **env** -> the
+plan's env paragraph -> text. Values are exported literally, so a ``$`` in them is refused:
+it almost always means a variable the user expected the shell to expand (``PATH:
+/opt/bin:$PATH`` would make every later command "not found"). ``$$`` stands for a literal
+``$``; ``env.prepend``/``env.append`` are the explicit form for extending PATH-like
+variables at run time. A name the site also sets is settled in launcher.features.site
+``check_site_env``, which the loader calls once both are read.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from launcher import shell
-from launcher.model import Env
+from launcher.features.base import Context, Feature
+from launcher.model import Env, JobSpec
+from launcher.runtimes import ContainerRuntime
+from launcher.shell import Assign, PathExport, Raw, Statement
 from launcher.yamlread import Reader
 
 _ENV = ("set", "prepend", "append", "pass")
 PathEdits = Tuple[Tuple[str, Tuple[str, ...]], ...]
 
 
-def load_env(r: Reader, value: Any) -> Env:
+def load(r: Reader, value: Any) -> Env:
     """Validate the ``env`` mapping into an Env."""
     m = r.mapping("env", value, _ENV)
     values = _names(r, "env.set", m.get("set", {}), "NAME: value")
@@ -83,3 +89,37 @@ def _entry(r: Reader, path: str, value: str) -> str:
     if ":" in value:
         raise r.fail(path, "entries are joined with ':'; list them separately", value)
     return _literal(r, path, value, "write the directory itself")
+
+
+def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
+    out: List[Statement] = [Assign(name, value, export=True) for name, value in spec.env.values]
+    prepend, append = dict(spec.env.prepend), dict(spec.env.append)
+    out += [PathExport(name, prepend.get(name, ()), append.get(name, ()))
+            for name in sorted(set(prepend) | set(append))]
+    if spec.env.passthrough:
+        how = "inherited by every task" if runtime.inherits_env else \
+            "forwarded by name into the container"
+        out.append(Raw(f"# Passed through from the submit environment, {how}\n"
+                       f"# (values are never written here): {' '.join(spec.env.passthrough)}"))
+    return out
+
+
+
+class EnvFeature(Feature):
+    name = "env"
+    sections = ("env",)
+
+    def exports(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
+        """What the spec sets, and the names env.pass passes (prefixes: forwards)."""
+        return spec.env.names + tuple(n for n in spec.env.passthrough if "*" not in n)
+
+    def forwards(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
+        return tuple(n for n in spec.env.passthrough if "*" in n)
+
+    def environment(self, ctx: Context) -> List[Statement]:
+        return env_lines(ctx.spec, ctx.runtime)
+
+
+ENV = EnvFeature()
+
+__all__ = ["ENV", "env_lines", "load", "load_values"]
