@@ -19,19 +19,95 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from launcher import runtimes
+from launcher.runtimes import RUNTIME_KEYS
 from launcher.features import FEATURES, env as env_feature, site as site_feature
 from launcher.model import Job, JobSpec, Launch, Site, SpecError
 from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
 from launcher.node.image_arch import ARCHES, normalize_arch
-from launcher.yamlread import Reader, expandable, load_yaml
+from launcher.yamlread import Key, Reader, expandable, key_names, load_yaml
 
+# The frame's own keys, declared once (launcher.yamlread.Key: the reference's rows).
+JOB_KEYS = (
+    Key(('job.name',),
+        'string, spec file name',
+        '`#SBATCH --job-name`, quoted the way sbatch parses it; no `/` or `\\` while an output '
+        'pattern uses `%x` (Slurm pastes the name into file names)'),
+    Key(('job.nodes',),
+        'int >= 1, required',
+        '`#SBATCH --nodes`: the only place the node count is written; the script reads '
+        '`$SLURM_JOB_NUM_NODES`'),
+    Key(('job.time',),
+        'Slurm time (`30`, `00:30:00`, `1-12:00:00`)',
+        '`--time`'),
+    Key(('job.partition', 'job.account',),
+        'string',
+        '`--partition`, `--account` (override at submit: `sbatch -p P -A A`)'),
+    Key(('job.cpus_per_task',),
+        'int, unset = whole nodes',
+        '`--cpus-per-task` of the Slurm task: in `torchrun`/`mpirun_torchrun` mode that task is '
+        'the per-node agent, so this is the CPUs for all its workers together (`check` warns when '
+        'it is smaller than `procs_per_node`). Unset: `#SBATCH --exclusive` (whole nodes, what JSC'
+        ' allocates anyway) unless `job.sbatch.exclusive` is given; see [CPU '
+        'placement](../guide/launch-modes.md#cpu-placement)'),
+    Key(('job.gpus_per_node',),
+        'int, 0',
+        '`--gpus-per-node`; default for `launch.procs_per_node`; turns on apptainer `--nv`'),
+    Key(('job.output', 'job.error',),
+        '`%x-%j.out` / unset',
+        'batch log (`#SBATCH --output/--error`). Its directory must exist when the job starts, '
+        'else Slurm fails the job without any log: `check`, `submit` and `render -o` refuse a '
+        'missing one, relative to the current directory (where `sbatch` runs) or to '
+        '`job.sbatch.chdir`; a directory part with `%` patterns is only known at run time and is '
+        'not checked (`check` says so); `submit -- -o/-e/-D ...` leaves it to sbatch. `render` to '
+        'stdout looks at nothing. `$VAR` is refused in these and all other #SBATCH/srun option '
+        'values (Slurm never expands it); `%j`, `%x`, ... work'),
+    Key(('job.node_output',),
+        '`logs/%x-%j.node%n.out`, `null` to disable',
+        'per-node logs of srun-started tasks (`srun --output`); the script creates the directory, '
+        'which may not contain `%` patterns, and prints the names with `%x`/`%j` filled in '
+        '(`per-node logs: logs/ddp-4242.nodeN.out (N = node index 0..1)`). mpirun modes use '
+        '`--tag-output` into the batch log instead'),
+    Key(('job.sbatch',),
+        'mapping option -> value',
+        'extra `#SBATCH` lines: `true` writes a flag, `false` leaves the option out, a string or '
+        'integer is its value, e.g. `{exclusive: true, mem: 0}`; options the composer writes '
+        '(nodes, time, ...) are refused with the key to use'),
+    Key(('job.arch',),
+        '`aarch64` or `x86_64`, unset',
+        "the partition's CPU architecture (JUPITER Booster and JEDI: `aarch64`). Renders nothing; "
+        '`check --image` refuses an image built for another one in one line (and, unset, warns '
+        "when the image's differs from the checking host's)"),
+)
+LAUNCH_KEYS = (
+    Key(('launch.mode',),
+        '`torchrun`',
+        '`torchrun`, `srun`, `horovod`, `mpirun_torchrun`, `accelerate`, `deepspeed`, `ray` '
+        '([launch modes](../guide/launch-modes.md))'),
+    Key(('launch.procs_per_node',),
+        '`gpus_per_node` or 1',
+        'processes (torchrun) or tasks/ranks per node'),
+    Key(('launch.rdzv_port',),
+        'derived',
+        'fixed rendezvous/master port; default `29500 + SLURM_JOB_ID % 1000`, or the next port up '
+        'that nothing on the first node listens on yet ([ports on shared '
+        'nodes](../guide/launch-modes.md#ports-on-shared-nodes))'),
+)
+PROGRAM_KEY = Key(('program',),
+    'list of strings (ints allowed)',
+    'the argv, exactly as it reaches the program')
 _TOP = ("job", *(s for f in FEATURES for s in f.sections), "runtime", "launch", "program")
-_JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
-        "output", "error", "node_output", "sbatch", "arch") + \
-    tuple(k for f in FEATURES for k in f.job_keys)
-_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port") + \
-    tuple(k for f in FEATURES for k in f.launch_keys)
+# Every key a spec may hold, by section in _TOP's order, in each the frame's first, then the
+# features' (in FEATURES order), the runtimes' and the modes' (in the registry's order; a key
+# that several modes take once): docs/reference/spec.md's tables are these rows (`make
+# spec-reference`).
+KEYS: Tuple[Key, ...] = tuple(sorted(
+    (*JOB_KEYS, *LAUNCH_KEYS, PROGRAM_KEY, *(k for f in FEATURES for k in f.keys),
+     *RUNTIME_KEYS, *dict.fromkeys(k for m in MODES.values() for k in m.keys.values())),
+    key=lambda k: _TOP.index(k.paths[0].split(".")[0])))
+_FEATURE_KEYS = tuple(k for f in FEATURES for k in f.keys)
+_JOB = key_names(JOB_KEYS + _FEATURE_KEYS, "job")
+_LAUNCH_COMMON = key_names(LAUNCH_KEYS + _FEATURE_KEYS, "launch")
 # Every other launch key belongs to the modes that name it in LaunchMode.keys.
 _LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
 # Options the composer writes itself; setting them in job.sbatch would contradict it.
@@ -169,7 +245,7 @@ def _load_launch(r: Reader, value: Any, job: Job, site: Site) -> Launch:
     for key in m:
         if key not in _LAUNCH_COMMON and key not in mode.keys:
             owners = [o.name for o in MODES.values() if key in o.keys]
-            why = MODES[owners[0]].keys[key].format(modes=modes_phrase(owners))
+            why = MODES[owners[0]].keys[key].why.format(modes=modes_phrase(owners))
             raise r.fail(f"launch.{key}", f"means nothing in mode {name!r}: {why}", m[key])
     port = m.get("rdzv_port")
     launch = Launch(

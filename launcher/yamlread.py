@@ -12,12 +12,41 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, cast
 
 import yaml
 
 from launcher.model import MISSING, SpecError
 from launcher.shell import anchored, expansion_names
+
+
+@dataclass(frozen=True)
+class Key:
+    """One spec key (or a few read alike), declared once, beside the code that reads it: the
+    loader's mappings accept the names declared under them (:func:`key_names`) and the spec
+    reference's tables (docs/reference/spec.md) are these rows (`make spec-reference`).
+    ``why``: a mode's key, what it is, for the error another mode gives ("{modes}" becomes
+    the modes that take it)."""
+
+    paths: Tuple[str, ...]  # dotted, as errors write them: ("job.requeue.before",)
+    form: str  # type and default, as the reference shows them (Markdown)
+    meaning: str  # what it does (Markdown)
+    why: str = ""
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        """The last component of each path (what the YAML mapping holds)."""
+        return tuple(p.rsplit(".", 1)[-1] for p in self.paths)
+
+
+def key_names(keys: Sequence[Key], under: str) -> Tuple[str, ...]:
+    """The names of the keys declared directly under mapping ``under`` ("" for the top, e.g.
+    "job.requeue", "runtime.binds[]"), in the order declared."""
+    prefix = f"{under}." if under else ""
+    out = [p[len(prefix):] for k in keys for p in k.paths
+           if p.startswith(prefix) and "." not in p[len(prefix):]]
+    return tuple(dict.fromkeys(out))
 
 
 class Reader:
@@ -205,4 +234,5 @@ def literal(r: Reader, path: str, value: Any) -> None:
                      value)
 
 
-__all__ = ["DuplicateKeyLoader", "Reader", "anchored", "expandable", "literal", "load_yaml"]
+__all__ = ["DuplicateKeyLoader", "Key", "Reader", "anchored", "expandable", "key_names", "literal",
+           "load_yaml"]

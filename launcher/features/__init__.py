@@ -5,8 +5,9 @@ how its nodes meet (``site``), its variables (``env``), its CPUs (``placement``)
 preflight checks (``preflight``), stacks and the progress deadline (``hangs``), checkpoint
 and requeue (``requeue``). Each module holds one ``Feature`` subclass that owns all of it:
 
-- its spec keys (``sections``, ``job_keys``, ``launch_keys``) and their loading, with the
-  one-line errors (``load_job``, ``load_launch``; a whole section: the module's ``load``);
+- its spec keys, each declared once (``keys``: launcher.yamlread.Key, the reference's row;
+  ``sections`` for a whole top-level section), and their loading with the one-line errors
+  (``load_job``, ``load_launch``; a whole section: the module's ``load``);
 - its ``#SBATCH`` options (``sbatch``);
 - its batch-script lines, where in the script they go being the hook's name:
   ``environment`` (a paragraph of its own, before the geometry), ``geometry`` (lines in the

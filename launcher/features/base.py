@@ -13,7 +13,7 @@ from launcher.model import Job, JobSpec, Launch
 from launcher.modes import LaunchMode, Plan
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Statement, Token
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 # Why a plan is made: the job `submit` sends (and `render` prints); the short job `doctor`
 # runs (its set-up, then the checks, no launch); `preview` (what each node would run);
@@ -42,9 +42,10 @@ class Feature:
     name: ClassVar[str] = ""
     # Whole top-level sections of the spec this feature reads (site, env).
     sections: ClassVar[Tuple[str, ...]] = ()
-    # Keys in the job and launch mappings this feature reads (job.requeue, launch.preflight).
-    job_keys: ClassVar[Tuple[str, ...]] = ()
-    launch_keys: ClassVar[Tuple[str, ...]] = ()
+    # Every key it reads, declared once (launcher.yamlread.Key): its keys in the job and
+    # launch mappings (job.requeue, launch.preflight) are accepted there because they are
+    # declared here, and the spec reference lists these rows.
+    keys: ClassVar[Tuple[Key, ...]] = ()
 
     # --- load: the spec loader (launcher.spec) calls these once the section is read ---
 

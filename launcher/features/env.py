@@ -19,15 +19,33 @@ from launcher.features.base import Context, Feature
 from launcher.model import Env, JobSpec
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, PathExport, Raw, Statement
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader, key_names
 
-_ENV = ("set", "prepend", "append", "pass")
+KEYS = (
+    Key(('env.set',),
+        'mapping NAME -> string',
+        'exported literally, quoted. `$` is never expanded, so a lone `$` is refused (`PATH: '
+        '/opt/bin:$PATH` would make every later command "not found"); write `$$` for a literal '
+        '`$`, and use `env.prepend`/`env.append` to extend a variable'),
+    Key(('env.prepend', 'env.append',),
+        'mapping NAME -> list of entries (or one string)',
+        'extend a PATH-like variable at run time: `env.prepend: {PATH: [/opt/bin]}` renders '
+        '`export PATH="/opt/bin${PATH:+:${PATH}}"`; entries are joined with `:` before (prepend) '
+        'or after (append) the value the variable has when the script runs, which is kept if set '
+        'and non-empty. Entries are literal (quoted; `:` and a lone `$` refused, `$$` = `$`); '
+        'applied after `env.set`. They act where `env.set` does: in the batch script, inherited by'
+        ' the tasks (see [runtimes](../guide/runtimes.md) for containers)'),
+    Key(('env.pass',),
+        'list of names or prefixes (`NCCL_*`)',
+        'passed through from the submit environment by name; values are never written into the '
+        'script (use this for secrets and proxies)'),
+)
 PathEdits = Tuple[Tuple[str, Tuple[str, ...]], ...]
 
 
 def load(r: Reader, value: Any) -> Env:
     """Validate the ``env`` mapping into an Env."""
-    m = r.mapping("env", value, _ENV)
+    m = r.mapping("env", value, key_names(KEYS, "env"))
     values = _names(r, "env.set", m.get("set", {}), "NAME: value")
     pairs = load_values(r, "env.set", values)
     prepend = _path_edits(r, "env.prepend", m.get("prepend", {}))
@@ -108,6 +126,7 @@ def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
 class EnvFeature(Feature):
     name = "env"
     sections = ("env",)
+    keys = KEYS
 
     def exports(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
         """What the spec sets, and the names env.pass passes (prefixes: forwards)."""

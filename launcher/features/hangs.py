@@ -51,7 +51,7 @@ from launcher.modes import LaunchMode
 from launcher.modes.common import rdzv_timeouts
 from launcher.shell import Raw, Statement, Token, join, word
 from launcher.slurm import TIME, time_seconds
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 KIT_DIR = Path(__file__).resolve().parents[1]  # launcher/: the kit's files read here
 HANGS_DIR = ".hangs"  # under the submit directory, one directory per job id
@@ -152,7 +152,19 @@ def watch_lines(spec: JobSpec) -> List[str]:
     return [f"jsc_watch {timeout} {progress_period(timeout)} {KILL_AFTER_S}"]
 
 
-KEY = "launch.hang_timeout"
+KEYS = (
+    Key(('launch.hang_timeout',),
+        'unset (off); seconds (`1800`) or a Slurm time (`"30:00"`)',
+        "end the job when no rank made progress for that long: every rank's stack and one line "
+        "naming the rank that is behind go into the job's log, the job's steps are ended and the "
+        'script exits 124 ([hangs](../guide/hangs.md#progress-deadline)). Progress: a collective '
+        "issued by a rank in any process group (seen by the kit's hook, nothing in your program "
+        "changes), or a call of `launcher.progress()`. At least the rendezvous store's read "
+        'timeout (120 s + 1 per 2 nodes); more than the join timeout (600 s + 1 per node) with '
+        '`launch.max_restarts`; less than `job.time`. Not in modes `horovod` (its collectives are '
+        "not torch.distributed's) and `ray`"),
+)
+KEY = KEYS[0].paths[0]
 _ACCEPTED = "seconds (e.g. 1800) or a Slurm time such as 30:00"
 
 
@@ -189,11 +201,11 @@ def load_hang_timeout(r: Reader, value: Any, job: Job, launch: Launch,
 
 class HangsFeature(Feature):
     name = "hangs"
-    launch_keys = ("hang_timeout",)
+    keys = KEYS
 
     def load_launch(self, r: Reader, m: Mapping[str, Any], job: Job, launch: Launch,
                     mode: LaunchMode) -> Launch:
-        return replace(launch, hang_timeout=load_hang_timeout(r, m.get("hang_timeout"), job,
+        return replace(launch, hang_timeout=load_hang_timeout(r, m.get(KEYS[0].names[0]), job,
                                                                launch, mode))
 
     def forwards(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:

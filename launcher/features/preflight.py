@@ -23,9 +23,18 @@ from launcher.modes.common import KIT_PROGRAMS
 from launcher.runtimes import ContainerRuntime, node_srun
 from launcher.shell import Assign, Statement, Token, Var, join, render_statement
 from launcher.task.torchrun_jsc.decide import MIN_TORCH_TEXT
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader, key_names
 
-_KEYS = ("fake_gpus",)
+KEYS = (
+    Key(('launch.preflight',),
+        '`false`; `true` or `{fake_gpus: BOOL}`',
+        "run the doctor's checks on every node as the step before the launch, and stop the job "
+        'there with the table in its log when one fails ([doctor](../guide/doctor.md)); '
+        '`fake_gpus`: GPUs are fake GRES (the local cluster), count `CUDA_VISIBLE_DEVICES` only'),
+    Key(('launch.preflight.fake_gpus',),
+        'false',
+        "the GPUs are fake GRES (the project's lab): count `CUDA_VISIBLE_DEVICES` only"),
+)
 
 
 def load_preflight(r: Reader, value: Any) -> Optional[Preflight]:
@@ -36,7 +45,7 @@ def load_preflight(r: Reader, value: Any) -> Optional[Preflight]:
     if not isinstance(value, dict):
         raise r.fail("launch.preflight", "must be true, false or a mapping {fake_gpus: BOOL}",
                      value)
-    m = r.mapping("launch.preflight", value, _KEYS)
+    m = r.mapping("launch.preflight", value, key_names(KEYS, "launch.preflight"))
     return Preflight(fake_gpus=r.boolean("launch.preflight.fake_gpus",
                                          m.get("fake_gpus", False)))
 
@@ -90,7 +99,7 @@ def doctor_lines(spec: JobSpec, runtime: ContainerRuntime, output: Output,
 
 class PreflightFeature(Feature):
     name = "preflight"
-    launch_keys = ("preflight",)
+    keys = KEYS
 
     def load_launch(self, r: Reader, m: Mapping[str, Any], job: Job, launch: Launch,
                     mode: LaunchMode) -> Launch:

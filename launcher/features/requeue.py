@@ -34,9 +34,25 @@ from launcher.shell import Raw, Statement
 from launcher.slurm import TIME, time_seconds
 from launcher.task.hook.torchrun_jsc_kit.requeue import MARKER_ENV, SIGNAL_ENV
 from launcher.task.torchrun_jsc.forward import ENV as FORWARD_ENV
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader, key_names
 
-_KEYS = ("signal", "before", "max")
+KEYS = (
+    Key(('job.requeue',),
+        '`true` or `{signal, before, max}`',
+        'checkpoint and requeue before the time limit ([requeue](../guide/requeue.md)): `signal` '
+        'USR2 (default) or USR1, `before` seconds (default 120, < `job.time`, which it needs), '
+        '`max` requeues (default 3); writes `--signal=B:SIG@before --requeue --open-mode=append`'),
+    Key(('job.requeue.signal',),
+        '`USR2` (default) or `USR1`',
+        'the signal Slurm sends to the batch shell before the limit '
+        '([requeue](../guide/requeue.md))'),
+    Key(('job.requeue.before',),
+        'seconds, 120',
+        'how long before the time limit; less than `job.time`, which it needs'),
+    Key(('job.requeue.max',),
+        'int, 3',
+        'requeues at most; after that the job ends with exit 75'),
+)
 # USR1 is NCCL's and TERM/INT are what torch's agent and Slurm use to end things, so only
 # these: their default action (terminate) is what the forwarder and the program replace.
 SIGNALS = ("USR2", "USR1")
@@ -59,7 +75,7 @@ def load_requeue(r: Reader, value: Any, time: Optional[str],
         return None
     if value is True:
         value = {}
-    m = r.mapping("job.requeue", value, _KEYS)
+    m = r.mapping("job.requeue", value, key_names(KEYS, "job.requeue"))
     signal = m.get("signal", Requeue.signal)
     name = signal.upper() if isinstance(signal, str) else ""
     name = name[3:] if name.startswith("SIG") else name  # no str.removeprefix: Python 3.8
@@ -105,7 +121,7 @@ def setup_lines(spec: JobSpec, via_mpirun: bool) -> List[Statement]:
 
 class RequeueFeature(Feature):
     name = "requeue"
-    job_keys = ("requeue",)
+    keys = KEYS
 
     def load_job(self, r: Reader, m: Mapping[str, Any], job: Job) -> Job:
         return replace(job, requeue=load_requeue(r, m.get("requeue"), job.time, job.sbatch))

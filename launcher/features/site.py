@@ -32,12 +32,67 @@ from launcher.shell import Assign, Raw, Statement, Var, expansion, expansion_nam
     quote, require_vars, word
 from launcher.slurm import rdzv_port_lines
 from launcher.venvjob import MODULES_FILE, check_lines
-from launcher.yamlread import Reader, anchored, expandable, literal
+from launcher.yamlread import Key, Reader, anchored, expandable, key_names, literal
 
-_SITE = ("profile", "hostname_suffix", "socket_ifname", "modules", "module_purge", "venv", "env",
-         "venv_build")
-_BUILD = ("requirements", "pip_options", "horovod")
-_HOROVOD = ("nccl_home", "package")
+KEYS = (
+    Key(('site',),
+        '`jsc`, `cray-ex`, `generic` (default) or a mapping',
+        'site profile, see above'),
+    Key(('site.profile',),
+        '`jsc`, `cray-ex` or `generic` (default)',
+        'the profile the other `site.*` keys start from'),
+    Key(('site.hostname_suffix',),
+        "profile's",
+        "appended to the first node's name for the rendezvous endpoint, as written (no lookup); it"
+        " replaces `jsc`'s per-system rule and `generic`'s fast-interface rule, e.g. "
+        "`hostname_suffix: i` or `''` for the plain name"),
+    Key(('site.socket_ifname',),
+        'unset',
+        "exported as `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME` (a single name in NCCL's exact "
+        'form `=NAME`; NCCL matches a plain name as a prefix); under `generic` the only interfaces'
+        ' the rendezvous rule counts as fast'),
+    Key(('site.modules',),
+        'list',
+        '`module load ...` before anything else'),
+    Key(('site.module_purge',),
+        'bool; `true` under `jsc`, else `false`',
+        '`module purge` right before `module load` (only when `site.modules` is set), so the job '
+        'runs with exactly those modules (as `jsc-compose venv` builds the venv)'),
+    Key(('site.venv',),
+        'path',
+        '`source VENV/bin/activate` (relative to the submit directory); warns (one stderr line, '
+        'the job goes on) when `VENV/.jsc-modules`, written by `jsc-compose venv`, lists other '
+        'modules than `site.modules`'),
+    Key(('site.env',),
+        "mapping NAME -> string; the profile's defaults",
+        'site variables exported by every job, e.g. `{NCCL_IB_GID_INDEX: "3"}` for RoCE; literal '
+        "like `env.set`; a name also in `env` is refused. The profile's defaults (`jsc`: "
+        '`NCCL_IB_TIMEOUT`, `NCCL_IB_RETRY_CNT`, `UCX_RC_TIMEOUT`) are written `export '
+        'NAME="${NAME:-value}"` after the modules; a name given here, or in '
+        '`env.set`/`env.prepend`/`env.append`, replaces its default; under `env.pass` the submit '
+        "environment's value wins when it has one"),
+    Key(('site.venv_build',),
+        'mapping',
+        'how `jsc-compose venv` builds `site.venv` on a compute node (the three keys below)'),
+    Key(('site.venv_build.requirements',),
+        'path, `requirements.txt` beside the spec',
+        '`jsc-compose venv`: `pip install -r` this (relative to the submit directory; '
+        '`--requirements` overrides)'),
+    Key(('site.venv_build.pip_options',),
+        'list of strings',
+        '`jsc-compose venv`: pip install options, e.g. `[--no-index, --find-links, /p/wheels]`; '
+        '`--pip-option=OPT` adds more'),
+    Key(('site.venv_build.horovod',),
+        '`{nccl_home: ABS_PATH, package: "horovod[pytorch]"}`',
+        '`jsc-compose venv`: then builds Horovod with `HOROVOD_NCCL_HOME`, '
+        "`HOROVOD_GPU_OPERATIONS=NCCL`, no build isolation (it compiles against the venv's torch)"),
+    Key(('site.venv_build.horovod.nccl_home',),
+        'absolute path, required',
+        "the site's NCCL (`HOROVOD_NCCL_HOME`), e.g. `$EBROOTNCCL` written out"),
+    Key(('site.venv_build.horovod.package',),
+        '`horovod[pytorch]`',
+        'the pip requirement that builds Horovod'),
+)
 _IFNAME = re.compile(r"[A-Za-z0-9_.,:=^-]+\Z")
 _SUFFIX = re.compile(r"[A-Za-z0-9.-]*\Z")
 
@@ -46,7 +101,7 @@ def load(r: Reader, value: Any) -> Site:
     """Validate ``site`` (a profile name or a mapping) into a Site."""
     if isinstance(value, str):
         value = {"profile": value}
-    m = r.mapping("site", value, _SITE)
+    m = r.mapping("site", value, key_names(KEYS, "site"))
     name = r.choice("site.profile", m.get("profile", "generic"), sorted(SITE_PROFILES))
     base = SITE_PROFILES[name]
     ifname = m.get("socket_ifname", base.socket_ifname)
@@ -90,7 +145,7 @@ def _venv(r: Reader, value: Any) -> Optional[str]:
 
 
 def _venv_build(r: Reader, value: Any) -> VenvBuild:
-    m = r.mapping("site.venv_build", value, _BUILD)
+    m = r.mapping("site.venv_build", value, key_names(KEYS, "site.venv_build"))
     horovod = m.get("horovod")
     literal(r, "site.venv_build.requirements", m.get("requirements"))
     options = r.strings("site.venv_build.pip_options", m.get("pip_options", []), newline=False)
@@ -105,7 +160,8 @@ def _venv_build(r: Reader, value: Any) -> VenvBuild:
 
 
 def _horovod(r: Reader, value: Any) -> Horovod:
-    m = r.mapping("site.venv_build.horovod", value, _HOROVOD, required=("nccl_home",))
+    m = r.mapping("site.venv_build.horovod", value, key_names(KEYS, "site.venv_build.horovod"),
+                  required=("nccl_home",))
     home = expandable(r, "site.venv_build.horovod.nccl_home",
                       r.string("site.venv_build.horovod.nccl_home", m["nccl_home"],
                                newline=False))
@@ -298,6 +354,7 @@ def rendezvous_lines(spec: JobSpec) -> List[Statement]:
 class SiteFeature(Feature):
     name = "site"
     sections = ("site",)
+    keys = KEYS
 
     def exports(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
         names = [n for n, _ in spec.site.env]

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, List, Mapping, Sequence, Tuple
 from launcher.model import JobSpec, Site
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Statement, Token, Values, resolve
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 TASK_SCRIPT_WORDS = 3  # bash "$kit/node/task.sh" KIND, before the argv it runs
 
@@ -94,10 +94,11 @@ class LaunchMode:
     """Subclass per mode; the defaults fit a mode that starts its tasks with one srun."""
 
     name: ClassVar[str] = ""
-    # Launch keys beyond mode/procs_per_node/rdzv_port that this mode takes, each with what
-    # it is ("{modes}" becomes "modes a and b": those that take it), for the error that
-    # another mode reports when it is given the key.
-    keys: ClassVar[Mapping[str, str]] = {}
+    # Launch keys beyond mode/procs_per_node/rdzv_port that this mode takes, by name, each
+    # declared once (launcher.yamlread.Key: its reference row, and ``why``, what it is, for
+    # the error another mode reports when it is given the key; "{modes}" becomes "modes a and
+    # b", those that take it). modes.common.by_name builds the mapping.
+    keys: ClassVar[Mapping[str, Key]] = {}
     default_command: ClassVar[Tuple[str, ...]] = ()  # launch.command when the spec has none
     one_agent: ClassVar[bool] = False  # one launcher per node starts procs_per_node workers
     # Why the stack hook sees no progress in this mode's ranks ("" where it does: ranks

@@ -15,7 +15,7 @@ from launcher.model import FastInterface, JobSpec, Site, SpecError, SuffixRule
 from launcher.runtimes import RUNTIMES
 from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime, gpus_requested
 from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 NTASKS = Var("ntasks")
 SUFFIX = Var("host_suffix")  # batch scope: the suffix the site's rule picked (features.site)
@@ -50,6 +50,11 @@ def suffix_token(site: Site) -> Token:
     if isinstance(rule, FastInterface):
         return ""
     return SUFFIX if isinstance(rule, SuffixRule) else rule
+
+
+def by_name(*keys: Key) -> Mapping[str, Key]:
+    """A mode's ``keys`` (LaunchMode.keys): its launch keys by name."""
+    return {name: key for key in keys for name in key.names}
 
 
 def program_argv(spec: JobSpec) -> List[Token]:
@@ -228,14 +233,27 @@ def check_mpirun(spec: JobSpec) -> None:
     if problem:
         raise SpecError(spec.source, "runtime.kind", problem, spec.runtime.kind)
 
-PER_NODE_KEYS = {
-    "command": "it is the per-node launcher of {modes}; put the program in program",
-}
-TORCHRUN_KEYS = {
-    **PER_NODE_KEYS,
-    "max_restarts": "it is torchrun's --max_restarts ({modes})",
-    "numa_binding": "it is torchrun's --numa-binding ({modes})",
-}
+COMMAND = Key(('launch.command',),
+    '`torchrun_jsc` (`[accelerate, launch]`, `deepspeed`, `jsc-ray-node`)',
+    'the per-node launcher (ray: the node agent), one word (`torchrun` for comparisons) or a list of words (argv, '
+    'e.g. `[torchrun, --log-dir=logs]`); a string with spaces is refused (it would run as one '
+    'quoted word)',
+    why='it is the per-node launcher of {modes}; put the program in program')
+PER_NODE_KEYS = by_name(COMMAND)
+TORCHRUN_KEYS = by_name(
+    COMMAND,
+    Key(('launch.max_restarts',),
+        '0',
+        'torchrun `--max_restarts`',
+        why="it is torchrun's --max_restarts ({modes})"),
+    Key(('launch.numa_binding',),
+        'unset (off)',
+        "torchrun's `--numa-binding`, one of `node`, `socket`, "
+        '`exclusive`, `core-complex`: each worker bound to the CPUs near the GPU of its local rank'
+        ' ([GPU-NUMA binding](../guide/launch-modes.md#gpu-numa-binding)); needs torch >= 2.9 and '
+        '`numactl` in the image, else torchrun_jsc stops in one line',
+        why="it is torchrun's --numa-binding ({modes})"),
+)
 
 
 def processes(n: int) -> str:

@@ -16,12 +16,12 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Type, cast
 from launcher.model import Bind, JobSpec, Runtime, RuntimeKind
 from launcher.runtimes.apptainer import Apptainer
 from launcher.runtimes.bare import Bare
-from launcher.runtimes.base import ContainerRuntime, node_srun
+from launcher.runtimes.base import RUNTIME_KEYS, ContainerRuntime, node_srun
 from launcher.runtimes.enroot import Enroot
 from launcher.runtimes.enroot_scripts import placeholder_problem
 from launcher.runtimes.pyxis import Pyxis
 from launcher.shell import Token
-from launcher.yamlread import Reader, anchored, expandable
+from launcher.yamlread import Reader, anchored, expandable, key_names
 
 RUNTIMES: Dict[str, Type[ContainerRuntime]] = {r.kind: r for r in (Bare, Apptainer, Enroot,
                                                                      Pyxis)}
@@ -47,7 +47,8 @@ def _load_binds(r: Reader, value: Any, kind: str) -> Tuple[Bind, ...]:
         path = f"runtime.binds[{i}]"
         if isinstance(item, str):
             item = {"source": item}
-        m = r.mapping(path, item, ("source", "target", "read_only"), required=("source",))
+        m = r.mapping(path, item, key_names(RUNTIME_KEYS, "runtime.binds[]"),
+                      required=("source",))
         ends = {}
         for end in ("source", "target"):
             text = expandable(r, f"{path}.{end}", r.string(f"{path}.{end}",
@@ -113,4 +114,4 @@ def _image(r: Reader, kind: str, value: Any) -> Optional[str]:
 
 
 
-__all__ = ["RUNTIMES", "ContainerRuntime", "load", "node_srun", "runtime_for"]
+__all__ = ["RUNTIMES", "RUNTIME_KEYS", "ContainerRuntime", "load", "node_srun", "runtime_for"]

@@ -25,6 +25,7 @@ from typing import ClassVar, List, Optional, Sequence, Tuple, Union
 from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
     join, literal_or_word, word
 from launcher.model import Bind, JobSpec, Runtime
+from launcher.yamlread import Key
 
 PWD = Var("PWD")
 # Batch-scope variables of every jobscript (launcher.jobscript, launcher.submitit): the node
@@ -46,6 +47,60 @@ HASH_REF = re.compile(r"([^/@#\s]+@)?[^/#\s]+#[^#\s]+\Z")
 # A first path component that names a registry host (has a '.' or ':', or is localhost).
 REGISTRY_SLASH = re.compile(r"([^/@#\s]+@)?([^/#\s]*[.:][^/#\s]*|localhost)/")
 SQUASHFS = (".sqsh", ".squashfs")
+
+
+# Every key of the runtime section, declared once (launcher.yamlread.Key); each runtime's
+# ``keys`` names those it takes.
+RUNTIME_KEYS = (
+    Key(('runtime.kind',),
+        '`bare` (default), `apptainer`, `enroot`, `pyxis`',
+        'container runtime'),
+    Key(('runtime.image',),
+        'string, required for containers',
+        'the forms the runtime can use (checked by form at `check` time, see '
+        '[runtimes](../guide/runtimes.md)): apptainer `image.sif`, a sandbox directory, a squashfs'
+        ' file, `docker://REGISTRY/IMAGE`, `library://`, `oras://`, `shub://`, `http(s)://`; '
+        'enroot a local `.sqsh`/`.squashfs` file; pyxis `[USER@][REGISTRY#]IMAGE[:TAG]` '
+        '(`docker://`, `dockerd://`, `podman://` allowed) or a `.sqsh`/`.squashfs` file'),
+    Key(('runtime.binds',),
+        'list of `{source, target (=source), read_only: false}` or a path string',
+        'absolute paths; apptainer refuses `:` and `,`, enroot/pyxis also whitespace (their mount '
+        'syntax cannot express them)'),
+    Key(('runtime.binds[].source',),
+        'absolute path, required',
+        'the host path (a plain string item is the source)'),
+    Key(('runtime.binds[].target',),
+        'absolute path, = source',
+        'the path inside the container'),
+    Key(('runtime.binds[].read_only',),
+        'false',
+        'bind read-only'),
+    Key(('runtime.bind_cwd',),
+        'true',
+        'bind the submit directory at the same path (the script fails loudly if its path cannot be'
+        ' expressed)'),
+    Key(('runtime.nv',),
+        '`auto`',
+        'apptainer `--nv`; `auto` = when `job.gpus_per_node > 0`'),
+    Key(('runtime.cache_dir',),
+        'unset',
+        'apptainer: `APPTAINER_CACHEDIR`'),
+    Key(('runtime.container_name',),
+        'image stem',
+        'enroot/pyxis container name; a local `.sqsh` image adds `-<size>-<mtime>`'),
+    Key(('runtime.data_path',),
+        "the site's (Enroot's config)",
+        'enroot: exported as `ENROOT_DATA_PATH`, node-local and per user; unset: none is exported '
+        "and Enroot's own config decides (the site's `enroot.conf`, else `~/.local/share/enroot`);"
+        ' placeholders `{user}`, `{uid}`, `{job_id}` only (filled in on the node; `$` refused)'),
+    Key(('runtime.writable',),
+        'false',
+        'enroot: start a per-job writable copy (`--rw`) instead of the shared read-only container'),
+    Key(('runtime.keep_old',),
+        '1',
+        'enroot, pyxis (local image): containers of older images (same name) kept per node and '
+        'user; the rest are removed'),
+)
 
 
 def node_srun(nodes: Var = NNODES, kill_on_bad_exit: bool = True) -> List[Token]:
