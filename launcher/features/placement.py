@@ -3,9 +3,9 @@ how srun shares them among its tasks, the node count and the task count.
 
 Where it sits: spec -> modes (plans) -> **placement** (the job plan's #SBATCH --exclusive and
 the first lines of its geometry paragraph) -> text. Pure. Sites bind every task to the CPUs
-Slurm gave it (task/affinity, task/cgroup, psslurm), and a task's workers inherit that mask: a one-agent-per-node launcher (torchrun_jsc,
-accelerate, ...) that got one CPU runs all its workers, and their DataLoader workers, on one
-hardware thread, with no error anywhere. So:
+Slurm gave it (task/affinity, task/cgroup, psslurm), and a task's workers inherit that mask:
+a one-agent-per-node launcher (torchrun_jsc, accelerate, ...) that got one CPU runs all its
+workers, and their DataLoader workers, on one hardware thread, with no error anywhere. So:
 
 - the job asks for CPUs: ``job.cpus_per_task`` if set, else whole nodes (``--exclusive``,
   what JSC allocates anyway), unless the spec sets ``job.sbatch.exclusive`` itself;
