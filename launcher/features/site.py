@@ -31,7 +31,6 @@ from launcher.modes.common import suffix_token
 from launcher.shell import Assign, Raw, Statement, Var, expansion, expansion_names, join, \
     quote, require_vars, word
 from launcher.slurm import rdzv_port_lines
-from launcher.venvjob import MODULES_FILE, check_lines
 from launcher.yamlread import Key, Reader, anchored, expandable, key_names, literal
 
 KEYS = (
@@ -281,6 +280,19 @@ def expanded_names(spec: JobSpec) -> List[str]:
     return sorted({name for value in values for name in expansion_names(value)})
 
 
+# `jsc-compose venv` (launcher.venvjob) records the modules it built site.venv with here.
+MODULES_FILE = ".jsc-modules"
+
+
+def check_lines(site: Site) -> List[Statement]:
+    """Run job: warn (stderr, one line) when VENV was built with other modules than these."""
+    if not site.venv:
+        return []
+    record = posixpath.join(site.venv, MODULES_FILE)
+    # launcher/node/job.sh jsc_venv_check: the one line, where the record differs.
+    return [Raw(join(["jsc_venv_check", expansion(record), "\n".join(site.modules)]))]
+
+
 def site_lines(spec: JobSpec) -> List[Statement]:
     site = spec.site
     if isinstance(site.hostname_suffix, SuffixRule):
@@ -388,5 +400,5 @@ def site_warnings(spec: JobSpec, mode: LaunchMode) -> List[str]:
 
 SITE = SiteFeature()
 
-__all__ = ["SITE", "check_site_env", "host_lines", "load", "preview_endpoint",
+__all__ = ["MODULES_FILE", "SITE", "check_lines", "check_site_env", "host_lines", "load", "preview_endpoint",
            "rendezvous_lines", "site_lines", "site_warnings", "suffix_lines"]

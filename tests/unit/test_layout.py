@@ -133,3 +133,69 @@ def test_the_docs_name_the_node_side():
     named = set(re.findall(r"`(launcher(?:\.\w+)*)`", "\n".join(rows)))
     assert set(NODE_SIDE) - named == set(), "node-side modules missing from the docs' table"
     assert {n for n in named if n not in NODE} == set(), "the docs' table names composer code"
+
+
+# --- The composer's stages (docs/development/architecture.md) ------------------------------
+# Every unit of launcher/ (a root file, or a package as one) on one floor, top to bottom. An
+# import goes to the unit's own floor or a lower one, never up; the node side imports only
+# the node side (and the package root). A new unit is one line here and one in the docs.
+STAGES = (
+    ("edge", {"launcher.__main__", "launcher.cli"}),
+    ("submit", {"launcher.submit", "launcher.doctor", "launcher.submitit"}),
+    ("render", {"launcher.jobscript", "launcher.preview", "launcher.venvjob",
+                "launcher.imagecheck"}),
+    ("plan", {"launcher.plan"}),
+    ("load", {"launcher.spec"}),
+    ("features", {"launcher.features"}),
+    ("modes", {"launcher.modes"}),
+    ("runtimes", {"launcher.runtimes"}),
+    ("ground", {"launcher.model", "launcher.yamlread", "launcher.shell", "launcher.kit"}),
+    ("node side", {"launcher.slurm", "launcher.node", "launcher.task", "launcher.gpu",
+                   "launcher.requeue", "launcher"}),  # launcher: the package's own face
+)
+# Issue 35's aims, against its figures at main 04322e7 (tests/helpers/architecture.py).
+BEFORE_UNITS, BEFORE_UNIT_IMPORTS = 34, 128
+UNITS = architecture.unit_graph(GRAPH)
+
+
+def floor_of(unit: str) -> int:
+    (floor,) = [i for i, (_, units) in enumerate(STAGES) if unit in units]
+    return floor
+
+
+def test_every_unit_has_one_stage():
+    placed = [u for _, units in STAGES for u in units]
+    assert len(placed) == len(set(placed)), "a unit on two floors"
+    assert set(placed) == set(UNITS), (f"not placed: {sorted(set(UNITS) - set(placed))}; "
+                                       f"gone: {sorted(set(placed) - set(UNITS))}")
+
+
+def test_no_import_goes_up_a_stage():
+    """cli -> submit/doctor/submitit -> render -> plan -> load (spec) -> features -> modes ->
+    runtimes -> ground -> node side: a unit imports its own floor or below."""
+    up = sorted(f"{u} ({STAGES[floor_of(u)][0]}) imports {t} ({STAGES[floor_of(t)][0]})"
+                for u, targets in UNITS.items() for t in targets if floor_of(t) < floor_of(u))
+    assert not up, up
+
+
+def test_fewer_units_and_imports_than_before_issue_35():
+    imports = sum(len(v) for v in UNITS.values())
+    assert len(UNITS) < BEFORE_UNITS and imports < BEFORE_UNIT_IMPORTS, (len(UNITS), imports)
+    assert not architecture.cycles(UNITS)
+
+
+def test_hang_timeout_is_read_in_at_most_two_composer_files():
+    """Issue 35: the key travelled through nine hops and three composer files read it; now
+    its feature (features/hangs.py) declares, loads and renders it."""
+    readers = architecture.readers("launch.hang_timeout", ROOT)
+    assert len(readers) <= 2, readers
+    assert "launcher.features.hangs" in readers
+
+
+def test_runtimes_know_nothing_of_the_features():
+    """The plan hands a runtime the prelude and the names; no runtime module imports a
+    feature, and no mode does (a feature may ask a mode, never the other way)."""
+    bad = sorted(f"{m} imports {t}" for m, targets in GRAPH.items()
+                 if m.startswith(("launcher.runtimes", "launcher.modes"))
+                 for t in targets if t.startswith("launcher.features"))
+    assert not bad, bad
