@@ -18,19 +18,20 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Optional, Sequence
 
-from launcher import __version__, imagecheck, kit
+from launcher import __version__, kit
+from launcher.render import imagecheck
 from launcher.node.doctor.report import failures, render_json, render_table
-from launcher.doctor.run import run_here, submit_and_wait
+from launcher.submit.doctor import run_here, submit_and_wait
 from launcher.node.image_arch import ImageArchError, image_arch, mismatch_line, normalize_arch
-from launcher.jobscript import render, render_jobscript
+from launcher.render.jobscript import render, render_jobscript
 from launcher.plan import build_plan, plan_json, spec_warnings
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError, SubmitError
 from launcher.runtimes import RUNTIMES
 from launcher.spec import load_spec
-from launcher.submit import check_log_dirs, run_stacks_step, sbatch, submit_warnings, \
-    timed_out_line, write_script
-from launcher.venvjob import default_requirements, default_script, fill_wheelhouse, \
+from launcher.submit import check_log_dirs, sbatch, submit_warnings, write_script
+from launcher.submit.stacks import run_stacks_step, timed_out_line
+from launcher.render.venvjob import default_requirements, default_script, fill_wheelhouse, \
     render_venv_job
 
 
@@ -172,7 +173,7 @@ def _check_image(spec: JobSpec, machine: str) -> str:
     for another architecture than job.arch is refused; without job.arch, one for another
     architecture than this host, ``machine``, gets a warning line: the partition may differ
     from the login node), then, where it runs natively here, python3, torch and the commands
-    the spec starts in it (launcher.imagecheck); one line naming what it lacks."""
+    the spec starts in it (launcher.render.imagecheck); one line naming what it lacks."""
     image = spec.runtime.image
     local = None if image is None else RUNTIMES[spec.runtime.kind](spec).local_exec(image, [])
     if local is None or image is None:

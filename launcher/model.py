@@ -76,7 +76,7 @@ class Horovod:
 
 @dataclass(frozen=True)
 class VenvBuild:
-    """How `jsc-compose venv` builds site.venv on a compute node (launcher.venvjob)."""
+    """How `jsc-compose venv` builds site.venv on a compute node (launcher.render.venvjob)."""
 
     requirements: Optional[str] = None  # None: requirements.txt beside the spec
     pip_options: Tuple[str, ...] = ()  # e.g. --no-index --find-links /p/wheels
@@ -215,7 +215,7 @@ class JobSpec:
 #   plugins/psslurm/src/psslurm/psslurmenv.c getPMIType(), plugins/pspmix/slurm/mpi_pspmix.c
 #   (setenvf(env, "PSSLURM_PMI_TYPE", "pmix")). Override: launch.mpi_plugin.
 # - module_purge: start site.modules from a clean module environment (`module purge`, then
-#   the Stage and its modules), as JSC's user guidance does and as launcher.venvjob builds the
+#   the Stage and its modules), as JSC's user guidance does and as launcher.render.venvjob builds the
 #   venv, so that the run job loads the set the venv was built with, not that plus whatever
 #   the submit shell had loaded. Override: site.module_purge.
 # - env defaults against InfiniBand retry timeouts under DragonFly+ congestion, as public

@@ -1,7 +1,7 @@
 """The job as one value: :func:`build_plan` turns a validated spec and a purpose into a
 :class:`JobPlan`, the dry run that everything after the loader walks.
 
-Where it sits: spec (load) -> **plan** -> text (launcher.jobscript renders a plan; the
+Where it sits: spec (load) -> **plan** -> text (launcher.render.jobscript renders a plan; the
 preview, the doctor and submitit walk one) -> submit. Pure: no environment, no subprocess, no
 clock. ``jsc-compose render --json SPEC`` prints it (:func:`plan_json`).
 

@@ -1,6 +1,6 @@
 """Slurm facts that the login node and the compute nodes both need: standard library only.
 
-Where it sits: on the ground floor. The composer (launcher.preview, launcher.jobscript,
+Where it sits: on the ground floor. The composer (launcher.render.preview, launcher.render.jobscript,
 launcher.submitit) and the node agents (launcher.task.ray) import it; it imports nothing of
 the kit's (docs/development/index.md#where-code-runs).
 

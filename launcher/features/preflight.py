@@ -6,7 +6,7 @@ steps, after the runtime's per-node set-up and before the launch -> text. ``true
 check; a mapping sets ``fake_gpus`` (the lab's fake GRES: the GPU check counts
 CUDA_VISIBLE_DEVICES only and says so). ``false`` or absent: no step. The checks are the
 kit's node-side code (launcher/node/doctor, run as ``python3 -I "$kit/node/run.py" doctor
-...``); launcher.doctor runs the doctor's job and reads its reports.
+...``); launcher.submit.doctor runs the doctor's job and reads its reports.
 """
 
 from __future__ import annotations

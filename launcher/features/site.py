@@ -280,7 +280,7 @@ def expanded_names(spec: JobSpec) -> List[str]:
     return sorted({name for value in values for name in expansion_names(value)})
 
 
-# `jsc-compose venv` (launcher.venvjob) records the modules it built site.venv with here.
+# `jsc-compose venv` (launcher.render.venvjob) records the modules it built site.venv with here.
 MODULES_FILE = ".jsc-modules"
 
 

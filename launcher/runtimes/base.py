@@ -28,7 +28,7 @@ from launcher.model import Bind, JobSpec, Runtime
 from launcher.yamlread import Key
 
 PWD = Var("PWD")
-# Batch-scope variables of every jobscript (launcher.jobscript, launcher.submitit): the node
+# Batch-scope variables of every jobscript (launcher.render.jobscript, launcher.submitit): the node
 # count, and the CPUs of a one-task-per-node srun (set by launcher.features.placement).
 NNODES = Var("nnodes")
 CPUS_PER_NODE = Var("cpus_per_node")  # one task per node (set-up, doctor, per-node agent)

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher import __version__, cli, kit, submit
+from launcher import __version__, cli, kit
+from launcher.submit import stacks as stacks_step
 from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
 from launcher.task.hook import sitecustomize as stacks_hook
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import load_spec
 from tests.helpers.hangprog import STUCK, WAITING
 
@@ -129,7 +130,7 @@ def test_cli_stacks_keeps_the_ranks_read_before_a_timeout(hookdir, tmp_path, mon
     for name, value in {"PATH": f"{srun.parent}:{os.environ['PATH']}", "SLURM_JOB_ID": JOB,
                         "SLURM_JOB_NUM_NODES": "2", "SRUN_ARGS": str(tmp_path / "args")}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(submit, "STEP_MARGIN_S", 3)
+    monkeypatch.setattr(stacks_step, "STEP_MARGIN_S", 3)
     try:
         assert p.stdout.readline() == "up\n"
         start = time.monotonic()

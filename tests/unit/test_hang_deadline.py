@@ -18,7 +18,7 @@ import pytest
 
 from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import load_spec, parse_spec
 from tests.unit.test_hangs import C10D, DATA, LOGGER, TRAIN, record

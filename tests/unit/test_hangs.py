@@ -12,10 +12,11 @@ import subprocess
 import pytest
 import yaml
 
-from launcher import cli, kit, submit
+from launcher import cli, kit
+from launcher.submit import stacks as stacks_step
 from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import MODES, plan_launch
 from launcher.plan import build_plan
@@ -267,7 +268,7 @@ def test_cli_stacks_runs_one_step_per_node(monkeypatch, capsys):
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setattr(submit.subprocess, "run", fake_run)
+    monkeypatch.setattr(stacks_step.subprocess, "run", fake_run)
     assert cli.main(["stacks", "4242"]) == 0
     assert calls[0] == ["squeue", "-h", "-j", "4242", "-o", "%D"]
     assert calls[1][:9] == ["srun", "--overlap", "--jobid=4242", "--nodes=3", "--ntasks=3",
@@ -289,7 +290,7 @@ def test_cli_stacks_keeps_fractional_seconds(monkeypatch, wait, sent):
 
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
-    monkeypatch.setattr(submit.subprocess, "run", fake_run)
+    monkeypatch.setattr(stacks_step.subprocess, "run", fake_run)
     assert cli.main(["stacks", "--wait", wait]) == 1  # no rank answered
     ((argv, timeout),) = calls
     assert argv[-3:] == ["node", "4242", sent] and timeout == float(wait) + 120
@@ -297,7 +298,7 @@ def test_cli_stacks_keeps_fractional_seconds(monkeypatch, wait, sent):
 
 @pytest.mark.parametrize("wait", ["-1", "-0.5", "nan", "inf", "-inf", "1e999", "soon", ""])
 def test_cli_stacks_refuses_a_bad_wait_in_one_line(monkeypatch, capsys, wait):
-    monkeypatch.setattr(submit.subprocess, "run", None)  # nothing may run
+    monkeypatch.setattr(stacks_step.subprocess, "run", None)  # nothing may run
     assert cli.main(["stacks", "4242", f"--wait={wait}"]) == 2
     err = capsys.readouterr().err
     assert err == ("stacks: --wait: seconds each node waits for its ranks' dumps: a finite "
@@ -326,7 +327,7 @@ def timed_out(argv, **kw):
 def test_cli_stacks_keeps_what_came_before_a_timeout(monkeypatch, capsys, json_out):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "3")
-    monkeypatch.setattr(submit.subprocess, "run", timed_out)
+    monkeypatch.setattr(stacks_step.subprocess, "run", timed_out)
     assert cli.main(["stacks", "--wait", "0.5"] + (["--json"] if json_out else [])) == 1
     out, err = capsys.readouterr()
     if json_out:
@@ -345,5 +346,5 @@ def test_cli_stacks_keeps_what_came_before_a_timeout(monkeypatch, capsys, json_o
                                    "may be cut short"),
 ])
 def test_timed_out_line_says_what_is_missing(records, nodes, said):
-    assert submit.timed_out_line(130, nodes, records) == \
+    assert stacks_step.timed_out_line(130, nodes, records) == \
         f"stacks: the collection timed out after 130 s: {said}"

@@ -13,9 +13,9 @@ import pytest
 from launcher.cli import main
 from launcher.features.site import preview_endpoint, suffix_lines
 from launcher.modes.common import SUFFIX, suffix_token
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import JSC_SUFFIXES, SITE_PROFILES, FastInterface, Site, SuffixRule
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.shell import render_statement
 from tests.unit.test_spec_traps import error, parse
 

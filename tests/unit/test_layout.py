@@ -71,7 +71,7 @@ COMPOSER = set(MODULES) - NODE - ROOTS
 def test_the_layout_has_both_sides():
     """The lists above mean something: the composer's main parts are not node-side."""
     assert {"launcher.cli", "launcher.spec", "launcher.modes", "launcher.modes.ray",
-            "launcher.runtimes", "launcher.jobscript", "launcher.preview", "launcher.model",
+            "launcher.runtimes", "launcher.render.jobscript", "launcher.render.preview", "launcher.model",
             "launcher.yamlread", "launcher.shell", "launcher.features.preflight",
             "launcher.plan"} <= COMPOSER
     assert {"launcher.task.ray", "launcher.task.procs", "launcher.task.torchrun_jsc.decide"} <= NODE
@@ -141,9 +141,8 @@ def test_the_docs_name_the_node_side():
 # the node side (and the package root). A new unit is one line here and one in the docs.
 STAGES = (
     ("edge", {"launcher.__main__", "launcher.cli"}),
-    ("submit", {"launcher.submit", "launcher.doctor", "launcher.submitit"}),
-    ("render", {"launcher.jobscript", "launcher.preview", "launcher.venvjob",
-                "launcher.imagecheck"}),
+    ("submit", {"launcher.submit", "launcher.submitit"}),
+    ("render", {"launcher.render"}),
     ("plan", {"launcher.plan"}),
     ("load", {"launcher.spec"}),
     ("features", {"launcher.features"}),

@@ -16,7 +16,7 @@ import pytest
 
 from launcher import cli, kit, plan as plan_module
 from launcher.features import FEATURES, Context, Feature
-from launcher.jobscript import render, render_jobscript
+from launcher.render.jobscript import render, render_jobscript
 from launcher.plan import SbatchLine, build_plan, settle_signal
 from launcher.shell import Raw, Statement, sbatch_quote
 from launcher.spec import load_spec, parse_spec

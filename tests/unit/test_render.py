@@ -15,11 +15,11 @@ import pytest
 
 from launcher import __version__, kit
 from launcher.features import hangs as hangs_feature
-from launcher.jobscript import render_jobscript, sbatch_options
+from launcher.render.jobscript import render_jobscript, sbatch_options
 from launcher.plan import build_plan
 from launcher.modes import plan_launch
 from launcher.model import RuntimeKind
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.slurm import expand_nodelist
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
 from launcher.model import SpecError
@@ -202,7 +202,7 @@ def test_pyxis_needs_srun():
 def test_render_is_deterministic():
     """Every job renders byte for byte alike in two fresh interpreters with different hash
     seeds: no set or dict order, id or time leaks into the text."""
-    code = ("import sys\nfrom launcher.jobscript import render_jobscript\n"
+    code = ("import sys\nfrom launcher.render.jobscript import render_jobscript\n"
             "from launcher.spec import load_spec\n"
             f"for name in {SPECS!r}:\n"
             "    sys.stdout.write(render_jobscript(load_spec('jobs/' + name)))\n")

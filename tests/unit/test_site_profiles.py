@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from launcher.cli import main
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.shell import quote
 from launcher.model import JSC_ENV_DEFAULTS, SITE_PROFILES
 from launcher.spec import parse_spec

@@ -1,7 +1,8 @@
-"""`python -m launcher doctor SPEC`: run the doctor's script on real nodes, get the reports.
+"""`jsc-compose doctor SPEC`: run the doctor's script on real nodes, get the reports.
 
-Where it sits: spec -> plan (purpose ``doctor``: the job's own set-up, then the doctor's
-step) -> text -> **run** -> launcher.node.doctor.report (table or JSON).
+Where it sits: spec -> plan (purpose ``doctor``: the job's own set-up, then the checks of
+launcher.features.preflight) -> text -> **submit.doctor** -> launcher.node.doctor.report
+(table or JSON).
 Inside an allocation (``SLURM_JOB_ID`` set, e.g. under ``salloc``) the script runs here with
 bash and its srun uses the allocation; otherwise it is submitted as a short job with the
 spec's geometry (sbatch options pass through) and this waits for it, polling squeue.
