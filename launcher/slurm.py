@@ -1,8 +1,9 @@
 """Slurm facts that the login node and the compute nodes both need: standard library only.
 
-Where it sits: on the ground floor. The composer (launcher.render.preview, launcher.render.jobscript,
-launcher.submitit) and the node agents (launcher.task.ray) import it; it imports nothing of
-the kit's (docs/development/index.md#where-code-runs).
+Where it sits: on the ground floor. The composer (launcher.features: the rendezvous port and
+Slurm times; launcher.render.preview, launcher.submitit) and the node agents
+(launcher.task.ray) import it; it imports nothing of the kit's
+(docs/development/index.md#where-code-runs).
 
 - :func:`expand_nodelist`: a Slurm hostlist (``jwb[0001-0003,0007],login1``) as node names.
 - :func:`time_seconds`: a Slurm time (``30``, ``5:00``, ``1-12:00:00``) in seconds.

@@ -1,7 +1,7 @@
 """submitit from Python with a job spec: ``executor_for(spec_path, folder)``.
 
-Where it sits: **spec** (launcher.spec, the one parser) -> this module -> a submitit
-SlurmExecutor. The submitted function runs as ``job.nodes`` x ``launch.procs_per_node``
+Where it sits: spec (launcher.spec, the one parser) -> the job plan (purpose ``submitit``)
+-> **this module** -> a submitit SlurmExecutor. The submitted function runs as ``job.nodes`` x ``launch.procs_per_node``
 Slurm tasks, inside the spec's container, with what ``init_process_group("env://")`` needs:
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
 first node's inter-node name (its hostname + the site's suffix, features.site; submitit's own

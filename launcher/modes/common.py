@@ -1,8 +1,9 @@
 """What several launch modes share: batch-scope variables, task scripts, srun/mpirun argv.
 
-Where it sits: spec -> runtimes + **modes** (each mode module builds on these) -> jobscript.
-Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through a constant
-``bash -c`` script whose arguments are the real argv, never at batch scope.
+Where it sits: spec -> **modes** (each mode module builds on these) -> the job plan -> text.
+Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through the kit's task
+script (``bash "$kit/node/task.sh" KIND ARGV...``) whose arguments are the real argv, never
+at batch scope.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a container runtime is: the class to subclass, THE per-node srun, the bind rule.
 
-Where it sits: spec -> **runtimes** + modes -> jobscript text. A runtime is one module in
+Where it sits: spec -> **runtimes** (the modes and the job plan ask them) -> text. A runtime is one module in
 launcher/runtimes/ with one ``ContainerRuntime`` subclass, registered in
 launcher/runtimes/__init__.py. It owns everything about itself: the spec keys it takes, the
 image forms it can run and the characters it cannot bind (both checked when the spec is
