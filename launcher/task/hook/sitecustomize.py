@@ -45,6 +45,8 @@ RANK_VARS_ENV = "TORCHRUN_JSC_STACKS_RANK_VARS"  # the mode's rank variables, sp
 RANK_ENVS = ("RANK",)  # where the jobscript names none
 MODULE = "jsc_stacks_hook"  # this module in sys.modules, for torchrun_jsc_kit.progress()
 MARK_WIDTH = 128  # bytes of a mark: rewritten in place, never truncated (a reader sees a whole one)
+MARKS_PREFIX = "marks."  # progress/marks.NODE: one file per node, a MARK_WIDTH slot per rank
+DUMP_PREFIX = "jsc-stacks"  # the name of a rank's (node-local, anonymous) dump file
 _keep = []  # the open dump file: faulthandler writes to its descriptor
 _calls = [0]  # torchrun_jsc_kit.progress() calls of this rank
 
@@ -115,15 +117,12 @@ def _arm(env):
     drop_deprecated_fr(os.environ)
     import faulthandler
     import signal
-    import socket
     import _thread
 
     os.environ[PID_ENV] = str(os.getpid())
-    host = socket.gethostname().split(".")[0]
-    stacks = os.path.join(directory, "stacks")
-    path = os.path.join(stacks, "rank-%s.host-%s.pid-%d.txt" % (rank, host, os.getpid()))
+    host = _host()
     try:
-        f = open(path, "a")
+        f = _dump_file(host)
     except OSError:
         return
     f.write("# jsc-stacks rank=%s local_rank=%s host=%s pid=%d main=%d argv=%s\n" % (
@@ -135,7 +134,45 @@ def _arm(env):
     _keep.append(f)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_disarm)
-    _arm_progress(directory, rank)
+    _arm_progress(directory, rank, _slot(env, rank), _node(env, host))
+
+
+def _host():
+    import socket
+
+    return socket.gethostname().split(".")[0]
+
+
+def _node(env, host):
+    """This node's name as Slurm knows it (the file of its ranks' marks), else the host's."""
+    return (env.get("SLURMD_NODENAME") or host).replace("/", "_")
+
+
+def _slot(env, rank):
+    """This rank's place in its node's mark file: its local rank (torchrun's, srun's, Open
+    MPI's), else its rank (a sparse file, still one per node)."""
+    for var in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        value = env.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return int(rank)
+
+
+def _dump_file(host):
+    """The rank's dump file, node-local and nameless on shared storage: an anonymous memory
+    file (memfd) named DUMP_PREFIX.HOST.PID, which the collector on this node finds and reads
+    through /proc/PID/fd; where the kernel or Python has no memfd, a deleted temporary file
+    of that name prefix (the same way in). Closed on exec: a forked child inherits it, but its
+    pid is not the name's, so it is never taken for the rank."""
+    name = "%s.%s.%d" % (DUMP_PREFIX, host, os.getpid())
+    try:
+        fd = os.memfd_create(name)
+    except (AttributeError, OSError):
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix=name + ".")
+        os.unlink(path)
+    return os.fdopen(fd, "w")
 
 
 def progress():
@@ -164,18 +201,22 @@ def _collectives():
     return own, total
 
 
-def _mark(path, token, state):
+def _mark(path, slot, rank, token, state):
+    """The rank's line, stamped with the time it noticed the count (not when the write lands:
+    a write that storage holds up arrives with its own time, which the watcher reads as a
+    stall, not as progress or its absence), written in place at its slot of the node's file."""
     import time
 
-    line = "world=%d all=%d calls=%d t=%.3f state=%s" % (token + (time.time(), state))
+    line = "rank=%s world=%d all=%d calls=%d t=%.3f state=%s" % (
+        (rank,) + token + (time.time(), state))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        os.write(fd, (line.ljust(MARK_WIDTH - 1) + "\n").encode())
+        os.pwrite(fd, (line.ljust(MARK_WIDTH - 1) + "\n").encode(), slot * MARK_WIDTH)
     finally:
         os.close(fd)
 
 
-def _arm_progress(directory, rank):
+def _arm_progress(directory, rank, slot, node):
     folder = os.path.join(directory, "progress")
     try:
         with open(os.path.join(folder, "period")) as f:
@@ -186,7 +227,7 @@ def _arm_progress(directory, rank):
     import threading
     import time
 
-    path, pid = os.path.join(folder, "rank-%s" % rank), os.getpid()
+    path, pid = os.path.join(folder, MARKS_PREFIX + node), os.getpid()
     last = [(0, 0, 0)]
 
     def beat():
@@ -195,7 +236,7 @@ def _arm_progress(directory, rank):
             try:
                 token = _collectives() + (_calls[0],)
                 if token != last[0]:
-                    _mark(path, token, "run")
+                    _mark(path, slot, rank, token, "run")
                     last[0] = token
             except Exception:
                 pass
@@ -204,11 +245,12 @@ def _arm_progress(directory, rank):
         if os.getpid() == pid:  # not in a forked child that returned
             try:  # the counts so far: destroy_process_group() has emptied torch's list
                 now = _collectives() + (_calls[0],)
-                _mark(path, tuple(max(a, b) for a, b in zip(now, last[0])), "done")
+                _mark(path, slot, rank, tuple(max(a, b) for a, b in zip(now, last[0])),
+                      "done")
             except Exception:
                 pass
 
-    _mark(path, last[0], "run")  # started: the first progress
+    _mark(path, slot, rank, last[0], "run")  # started: the first progress
     atexit.register(done)
     threading.Thread(target=beat, name="jsc_progress", daemon=True).start()
 
