@@ -382,9 +382,9 @@ def read_marks(directory, since=0.0):
     return marks_of(read_slots(directory), since)
 
 
-def late_marks(slots, before, last_look, stall_s):
+def late_marks(slots, before, last_look, tolerance):
     """{rank: seconds late} of the marks that changed since the look at ``last_look`` (which
-    read ``before``) but were stamped more than ``stall_s`` before it: their write reached the
+    read ``before``) but were stamped more than ``tolerance`` s before it: their write reached the
     file late (storage held it up), so the time since their stamp says nothing about
     progress."""
     out = {}
@@ -392,7 +392,7 @@ def late_marks(slots, before, last_look, stall_s):
         if raw == before.get(key):
             continue
         parsed = parse_mark(raw)
-        if parsed is not None and parsed[1]["t"] < last_look - stall_s:
+        if parsed is not None and parsed[1]["t"] < last_look - tolerance:
             out[parsed[0]] = last_look - parsed[1]["t"]
     return out
 
@@ -420,9 +420,10 @@ def overdue(marks, now, timeout, counted_from=None):
     return idle if idle >= timeout else None
 
 
-def stall_s(period):
-    """How late a look or a mark may come before the watcher calls it a storage stall."""
-    return max(10.0, float(period))
+def stall_s(period, timeout):
+    """How late a look or a mark may come before the watcher calls it a storage stall: a
+    period, at least 10 s, and at most half the deadline (a stall any longer could end it)."""
+    return min(max(10.0, float(period)), timeout / 2.0)
 
 
 def _probe(directory, now):
@@ -540,21 +541,21 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
     out = out or sys.stdout
     start, noted = clock(), False
     slots, last_look, counted_from, stalled = None, start, start, False
+    tolerance = stall_s(period, timeout)
     while True:
         sleep(period)
         _probe(directory, clock())
         before, slots = slots, read_slots(directory)
         now = clock()
         marks = marks_of(slots, since=start)
-        late = {} if before is None else late_marks(slots, before, last_look,
-                                                    stall_s(period))
+        late = {} if before is None else late_marks(slots, before, last_look, tolerance)
         behind = now - last_look - period  # this look came that late: blocked, or not run
-        if late or behind > stall_s(period):
+        if late or behind > tolerance:
             counted_from = now
             if not stalled:
                 out.write(_stall_note(job_id, directory, late, behind))
                 out.flush()
-        stalled = bool(late) or behind > stall_s(period)
+        stalled = bool(late) or behind > tolerance
         last_look = now
         idle = overdue(marks, now, timeout, counted_from)
         if idle is not None:
