@@ -318,11 +318,13 @@ jsc_after_launch() {
 # appended to $PWD/.timeline/JOBID/NODE (one file per node, kept; `jsc-compose timeline JOBID`
 # reads them): here the batch script's (batch_start, step_start, launch_end), each task's
 # container_up (launcher/task/hook.sh), torchrun_jsc's and the ranks' (hook/sitecustomize.py
-# phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks.
+# phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks. A requeued job's folder (or an
+# earlier job's of the same id) starts afresh: the timeline is this attempt's.
 jsc_timeline_setup() {
     timeline_dir="$PWD/.timeline/$SLURM_JOB_ID"
     jsc_timeline_node="${SLURMD_NODENAME:-$(hostname)}"
     jsc_timeline_node="${jsc_timeline_node%%.*}"
+    rm -rf -- "$timeline_dir"
     mkdir -p -- "$timeline_dir"
     export TORCHRUN_JSC_TIMELINE="$timeline_dir"
     jsc_mark batch_start "$jsc_batch_t0"

@@ -42,6 +42,7 @@ import sys
 DIR_ENV = "TORCHRUN_JSC_STACKS"  # the directory the dumps go to (set by the jobscript)
 PID_ENV = "TORCHRUN_JSC_STACKS_PID"  # the armed process of this rank
 RANK_VARS_ENV = "TORCHRUN_JSC_STACKS_RANK_VARS"  # the mode's rank variables, space-separated
+TIMELINE_ENV = "TORCHRUN_JSC_TIMELINE"  # the job's timeline folder (launcher/node/job.sh)
 RANK_ENVS = ("RANK",)  # where the jobscript names none
 MODULE = "jsc_stacks_hook"  # this module in sys.modules, for torchrun_jsc_kit.progress()
 MARK_WIDTH = 128  # bytes of a mark: rewritten in place, never truncated (a reader sees a whole one)
@@ -175,6 +176,64 @@ def _dump_file(host):
     return os.fdopen(fd, "w")
 
 
+def phase(name, who=""):
+    """One mark on the job's start-up timeline: the line "TIME NAME [WHO]" appended to this
+    node's file in TIMELINE_ENV (launcher/node/job.sh jsc_mark writes the same; jsc-compose
+    timeline reads them). One small append, no file per rank; never raises. torchrun_jsc (the
+    per-node agent, which loads this hook too) marks its phases through it."""
+    folder = os.environ.get(TIMELINE_ENV)
+    if not folder:
+        return
+    try:
+        import time
+
+        line = "%.3f %s%s\n" % (time.time(), name, " " + who if who else "")
+        path = os.path.join(folder, _node(os.environ, _host()))
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except Exception:
+        pass
+
+
+def _arm_timeline(env):
+    """In a rank's first Python process: its start (workers_started), then, from a thread
+    that looks every 10 ms (every 0.5 s after two minutes) and ends after its second mark,
+    when torch.distributed's default group is up and when the rank issued its first
+    collective (torch's sequence numbers, as the progress marks). Nothing is patched."""
+    rank = _rank(env)
+    if not env.get(TIMELINE_ENV) or rank is None or env.get(PID_ENV):
+        return
+    who = "rank=%s" % rank
+    phase("workers_started", who)
+    import threading
+
+    threading.Thread(target=_startup_marks, args=(who,), name="jsc_timeline",
+                     daemon=True).start()
+
+
+def _startup_marks(who):
+    import time
+
+    t0, up = time.monotonic(), False
+    while True:
+        time.sleep(0.01 if time.monotonic() - t0 < 120 else 0.5)
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        if c10d is None:
+            continue
+        try:
+            if not up and c10d.is_initialized():
+                phase("process_group_up", who)
+                up = True
+            if up and _collectives()[1] > 0:
+                phase("first_collective", who)
+                return
+        except Exception:  # torch still importing (half a module): look again
+            pass
+
+
 def progress():
     """torchrun_jsc_kit.progress(): the program says this rank made progress (an int increment)."""
     _calls[0] += 1
@@ -201,19 +260,30 @@ def _collectives():
     return own, total
 
 
+_marks_fd = {}  # path -> the descriptor this rank writes its marks through (opened once)
+
+
 def _mark(path, slot, rank, token, state):
     """The rank's line, stamped with the time it noticed the count (not when the write lands:
     a write that storage holds up arrives with its own time, which the watcher reads as a
-    stall, not as progress or its absence), written in place at its slot of the node's file."""
+    stall, not as progress or its absence), written in place at its slot of the node's file.
+    The file is opened once per rank (no open, lookup or close per mark: only the write) and
+    each write is synced, so that a reader on another node sees it at once (NFS would keep it
+    in this node's cache until a close); a failed write opens it again next time."""
     import time
 
     line = "rank=%s world=%d all=%d calls=%d t=%.3f state=%s" % (
         (rank,) + token + (time.time(), state))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = _marks_fd.get(path)
+    if fd is None:
+        fd = _marks_fd[path] = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         os.pwrite(fd, (line.ljust(MARK_WIDTH - 1) + "\n").encode(), slot * MARK_WIDTH)
-    finally:
+        os.fdatasync(fd)
+    except OSError:
+        del _marks_fd[path]
         os.close(fd)
+        raise
 
 
 def _arm_progress(directory, rank, slot, node):
@@ -283,6 +353,10 @@ def _chain():
 sys.modules[MODULE] = sys.modules[__name__]
 try:
     _arm_stop(os.environ)  # first: PID_ENV, set by _arm, marks this rank's process as armed
+except Exception:
+    pass
+try:
+    _arm_timeline(os.environ)  # before _arm, which sets PID_ENV
 except Exception:
     pass
 try:
