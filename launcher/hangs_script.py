@@ -79,9 +79,11 @@ def fr_exports() -> str:
 
 # The hook's variable naming the mode's rank variables (launcher.modes: LaunchMode.rank_vars).
 RANK_VARS_ENV = hook_constant("RANK_VARS_ENV")
-# What must reach the ranks inside a container that forwards by name only (Enroot). Not
+# What must reach the ranks inside a container that forwards by name only (Enroot): the hook's
+# folders (the stacks', the start-up timeline's, docs/guide/timeline.md) and the rest. Not
 # PYTHONPATH: forwarded, it would replace the image's own; the prelude below edits it inside.
-NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV) + tuple(n for n, _ in FLIGHT_RECORDER)
+NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV, hook_constant("TIMELINE_ENV")) + tuple(
+    n for n, _ in FLIGHT_RECORDER)
 # The prelude every task of the launch starts through: ``sh "$kit/task/hook.sh" ARGV...``
 # (:func:`hook_argv`, launcher/task/hook.sh), run by the container's sh after the runtime has
 # set the image's environment, so PYTHONPATH there is the image's, else what the runtime
