@@ -6,9 +6,10 @@ the lines call the kit's own code (launcher/node/job.sh ``jsc_hangs_setup``, ``j
 never carry it. docs/guide/hangs.md for users.
 
 - The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
-  into every container with runtime.bind_cwd) holds ``stacks/`` (one dump file per armed
-  rank) and ``fr/`` (torch's flight recorder dumps, with TORCH_FR_* / TORCH_NCCL_* unless the
-  user set them).
+  into every container with runtime.bind_cwd) holds ``fr/`` (torch's flight recorder dumps,
+  with TORCH_FR_* / TORCH_NCCL_* unless the user set them) and, with launch.hang_timeout,
+  ``progress/`` (one mark file per node); the ranks' stack dumps are node-local (the hook's
+  memfd). It is removed after the launch unless it holds a hang report (issue 36).
 - Every task of the launch starts through a short sh prelude (launcher/task/hook.sh, put in
   front by launcher.runtimes.base ``ContainerRuntime.wrap``) that runs where the task runs,
   inside the container: it puts the kit's ``task/hook/`` first on the PYTHONPATH it finds

@@ -18,9 +18,10 @@ mode whose ranks MPI starts (horovod): elsewhere the per-node agent carries them
 armed agent would leave its workers unarmed (issue 26). Arming costs one open file; nothing
 runs until SIGURG comes, whose default action is to be ignored, so the same signal reaching an
 unarmed process does nothing. Then faulthandler (C code, no GIL needed: also while the rank
-waits in NCCL or gloo) appends every thread's Python stack to
-``STACKS_DIR/rank-R.host-H.pid-P.txt`` (process ids repeat across nodes: the collector matches
-host and pid). Any other sitecustomize on the path after this one still runs.
+waits in NCCL or gloo) appends every thread's Python stack to the rank's dump file, which lives
+in the node's memory, not on shared storage (an anonymous memfd named jsc-stacks.HOST.PID, read
+by the collector on the node through /proc/PID/fd; issue 36). Any other sitecustomize on the
+path after this one still runs.
 
 Requeue (only where REQUEUE_SIGNAL is set: the spec sets job.requeue): the rank holds that
 signal blocked until the program installs a handler for it, then hands it over
@@ -31,9 +32,15 @@ Progress (only where the directory ``STACKS_DIR/progress`` exists: the spec sets
 launch.hang_timeout): one daemon thread wakes every ``progress/period`` seconds and reads how
 many collectives this rank has issued (torch's per-group sequence numbers, summed over every
 process group, once torch.distributed is imported: nothing is patched or wrapped) and how often
-the program called ``torchrun_jsc_kit.progress()``; when either moved it rewrites the one-line mark
-``progress/rank-R``. At exit the mark says done. The watcher in the batch shell
-(launcher.node.stacks ``watch``) reads the marks. Nothing runs per step.
+the program called ``torchrun_jsc_kit.progress()``; when either moved it rewrites its one-line
+mark in place, at its slot (its local rank) of its node's file ``progress/marks.NODE`` (one file
+per node). At exit the mark says done. The watcher in the batch shell (launcher.node.stacks
+``watch``) reads the marks. Nothing runs per step.
+
+Timeline (only where TORCHRUN_JSC_TIMELINE is set: every kit jobscript sets it): ``phase``
+appends one line per mark to the node's file of the job's start-up timeline; a rank marks its
+start, and a thread marks when its process group is up and its first collective issued
+(docs/guide/timeline.md).
 """
 
 import os
