@@ -159,8 +159,8 @@ def report(tl: Timeline, svg: Optional[str] = None) -> str:
     nodes = sorted(tl.nodes)
     head = f"timeline of job {tl.job}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}"
     if "batch_start" in tl.job_marks:
-        head += (f", batch script started {time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(origin))}"
-                 f" on {tl.batch_node}")
+        started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(origin))
+        head += f", batch script started {started} on {tl.batch_node}"
     head += (f", launch ended after {_s(tl.end - origin)}" if tl.end is not None
              else ", no launch end yet (running, or ended before the batch script's last word)")
     width = max([len("node")] + [len(n) for n in nodes] + [len(tl.batch_node or "")])
@@ -169,7 +169,8 @@ def report(tl: Timeline, svg: Optional[str] = None) -> str:
         if phase in tl.job_marks:
             at = tl.job_marks[phase] - origin
             took = "" if phase == "batch_start" else _s(at)
-            lines.append(f"{tl.batch_node:<{width}}  {name:<22} {_s(at):>10} {took:>10}")
+            row = f"{tl.batch_node:<{width}}  {name:<22} {_s(at):>10} {took:>10}"
+            lines.append(row.rstrip())
     for node in nodes:
         for phase, start, end in tl.steps(node):
             n = tl.counts[node][phase]
