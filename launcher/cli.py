@@ -111,8 +111,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
                               "a running one), print one line per node and phase with the "
                               "slowest node and phase named, and write an SVG.")
     timeline.add_argument("jobid", nargs="?", help="default: SLURM_JOB_ID (inside the job)")
-    timeline.add_argument("--dir", default=".", help="the job's submit directory (default: "
-                          "this one)")
+    timeline.add_argument("--dir", help="the job's submit directory (default: this one if the "
+                          "job's marks are here, else the job's working directory as Slurm "
+                          "records it)")
     timeline.add_argument("--svg", metavar="FILE", help="where the picture goes (default: "
                           ".timeline/JOBID.svg in the submit directory)")
     return parser

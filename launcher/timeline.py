@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,13 +250,38 @@ def svg(tl: Timeline) -> str:
     return "\n".join(out) + "\n"
 
 
-def run(job: Optional[str], submit_dir: str, svg_path: Optional[str]) -> str:
+def work_dir(job: str) -> Optional[str]:
+    """The job's working directory as Slurm records it (scontrol for a job it still knows,
+    else sacct), where it holds the job's marks; None otherwise."""
+    asks = (["scontrol", "show", "job", "-o", job],
+            ["sacct", "-n", "-X", "-P", "-j", job, "-o", "WorkDir%4096"])
+    for argv in asks:
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                                 check=False).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if argv[0] == "scontrol":
+            found = re.search(r"(?:^|\s)WorkDir=(\S+)", out)
+            path = found.group(1) if found else ""
+        else:
+            path = (out.strip().splitlines() or [""])[0].strip()
+        if path and (Path(path) / FOLDER / job).is_dir():
+            return path
+    return None
+
+
+def run(job: Optional[str], submit_dir: Optional[str], svg_path: Optional[str]) -> str:
     """The report for ``jsc-compose timeline``; writes the picture (default:
-    .timeline/JOBID.svg beside the job's folder)."""
+    .timeline/JOBID.svg beside the job's folder). Without ``submit_dir``: this directory if
+    the job's marks are here, else the job's working directory as Slurm records it."""
     job = job or os.environ.get("SLURM_JOB_ID")
     if not job or not job.isdigit():
         raise SpecError("timeline", "jobid", "a numeric Slurm job id (or run it inside the job)",
                         job or "")
+    if submit_dir is None:
+        here = (Path(FOLDER) / job).is_dir()
+        submit_dir = "." if here else (work_dir(job) or ".")
     tl = read(job, submit_dir)
     path = svg_path or str(Path(submit_dir) / FOLDER / f"{job}.svg")
     try:
@@ -266,4 +293,4 @@ def run(job: Optional[str], submit_dir: str, svg_path: Optional[str]) -> str:
 
 
 __all__ = ["FOLDER", "NODE_PHASES", "JOB_PHASES", "Timeline", "parse_line", "read", "report",
-           "run", "slowest_node", "slowest_phase", "svg"]
+           "run", "slowest_node", "slowest_phase", "svg", "work_dir"]

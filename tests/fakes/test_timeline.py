@@ -109,3 +109,31 @@ def test_a_mark_that_cannot_be_written_fails_nothing(tmp_path):
                           env={"PATH": os.environ["PATH"],
                                "TORCHRUN_JSC_TIMELINE": str(tmp_path / "gone")})
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_found_in_the_jobs_working_directory(tmp_path, capsys, monkeypatch):
+    """Run anywhere: without the marks here, the job's WorkDir as Slurm records it (scontrol
+    while it knows the job, else sacct), faked here as Slurm prints them."""
+    submit = tmp_path / "my submit"  # a space in the path: sacct -P keeps it whole
+    (submit / ".timeline" / "31").mkdir(parents=True)
+    (submit / ".timeline" / "31" / "jwb0001").write_text("10.0 batch_start\n11.5 step_start\n")
+    other = tmp_path / "sub"
+    (other / ".timeline" / "32").mkdir(parents=True)
+    (other / ".timeline" / "32" / "jwb0001").write_text("20.0 batch_start\n21.0 step_start\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\n[ \"$4\" = 32 ] && echo 'JobId=32 JobName=x WorkDir={other} StdErr=/x'\n"
+        "exit 0\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\necho '{submit}'\n")
+    for name in ("scontrol", "sacct"):
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["timeline", "32"]) == 0  # scontrol knows it (running)
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == f"picture: {other}/.timeline/32.svg (open it in a browser)"
+    assert cli.main(["timeline", "31"]) == 0  # scontrol has forgotten it: sacct
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("timeline of job 31: 0 nodes, batch script started ")
+    assert (submit / ".timeline" / "31.svg").is_file()

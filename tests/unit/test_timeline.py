@@ -106,6 +106,7 @@ def test_the_picture_has_a_bar_per_node_and_phase(tmp_path):
 
 def test_no_marks_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(timeline, "work_dir", lambda job: None)  # Slurm knows no such job
     assert cli.main(["timeline", "77"]) == 1
     err = capsys.readouterr().err
     assert err == ("timeline: no marks of job 77 in .timeline/77 (run it in the job's submit "
