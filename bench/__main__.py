@@ -17,7 +17,7 @@ from typing import Callable, Dict
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("launch", "kit", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
-            "container", "images", "scaling", "bandwidth")
+            "storage", "container", "images", "scaling", "bandwidth")
 EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
 
 
@@ -48,7 +48,7 @@ def main() -> int:
                     help="bandwidth section: examples/allreduce_bw.py's --floor (GB/s)")
     a = ap.parse_args()
     from bench import bandwidth_bench, cluster_bench, doctor_bench, hangs_bench, image_bench, \
-        kit_bench, launchers_bench, netns_bench
+        kit_bench, launchers_bench, netns_bench, storage_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -61,6 +61,7 @@ def main() -> int:
         "preflight": lambda: doctor_bench.preflight(a.repeats),
         "doctor-faults": lambda: doctor_bench.faults(),
         "hangs": lambda: hangs_bench.hangs(a.repeats),
+        "storage": lambda: storage_bench.storage(),
         "container": lambda: netns_bench.with_network(
             2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
         "images": lambda: image_bench.images(a.repeats),
@@ -77,6 +78,7 @@ def main() -> int:
               "preflight": "Preflight (launch.preflight: the doctor before the launch)",
               "doctor-faults": "Faults: the doctor vs the job without preflight",
               "hangs": "Hangs (launch.hang_timeout: step time, hang -> report)",
+              "storage": "The hang machinery's load on shared storage, 64 nodes x 4 ranks",
               "container": "Container overhead", "images": "Images",
               "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)",
               "bandwidth": "all_reduce bus bandwidth per node pair (gloo, allreduce_bw.py)"}

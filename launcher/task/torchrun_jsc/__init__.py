@@ -26,7 +26,7 @@ from typing import List, Mapping, Optional, Tuple
 from launcher.node.net.addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, MIN_TORCH_TEXT, parse_endpoint, passthrough_reason)
-from . import forward, usage
+from . import forward, phases, usage
 
 __all__ = ["main"]
 
@@ -113,6 +113,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"torchrun_jsc: error: {e}", file=sys.stderr)
         return 2
     print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
+    phases.mark("decided")  # the job's start-up timeline (phases.py)
+    phases.install()
     # As torchrun's own main: TORCHELASTIC_ERROR_FILE gets the first failed worker's root
     # cause (or the agent's exception), and faulthandler is on. In torch since 1.9.
     from torch.distributed.elastic.multiprocessing.errors import record
