@@ -311,7 +311,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "stacks":
         return _stacks(args)
     if args.command == "timeline":
-        from launcher import timeline
+        from launcher.submit import timeline
 
         sys.stdout.write(timeline.run(args.jobid, args.dir, args.svg))
         return 0

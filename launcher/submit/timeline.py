@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from launcher.model import SpecError
-from launcher.submit import SubmitError
+from launcher.model import SubmitError
 
 FOLDER = ".timeline"  # under the submit directory (launcher/node/job.sh jsc_timeline_setup)
 # The batch script's own marks: once per job, on the batch host's file.

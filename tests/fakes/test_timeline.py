@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import cli, kit, timeline
+from launcher import cli, kit
+from launcher.submit import timeline
 from tests.fakes.test_hangs import job_sh
 
 # A program spends time between its phases (building a model, its steps); the hook's thread

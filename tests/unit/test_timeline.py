@@ -11,7 +11,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from launcher import cli, timeline
+from launcher import cli
+from launcher.submit import timeline
 
 NODE1 = """\
 1000.000 batch_start
