@@ -428,6 +428,35 @@ setup_node_net() {  # setup_node_net SITE K
     esac
 }
 
+# static_neighbours N: every JUWELS Booster node knows the bridge address and the other N-1
+# nodes' `i` addresses with their MACs (permanent neighbour entries), so no ARP runs between them.
+# All nodes share this one kernel: a gloo full mesh on 64 nodes sends 64 x 63 ARP requests at
+# once, each flooded to every port of the bridge, past the kernel's receive backlog
+# (netdev_max_backlog, 1000 packets per core); the dropped requests ended connects with "No
+# route to host" (gloo gives up after 3 tries). Real nodes resolve their peers on their own.
+static_neighbours() {
+    local n=$1 k j mac name lines
+    local -a macs=()
+    for k in $(seq 1 "$n"); do
+        printf -v name 'jwb%04d' "$k"
+        mac=$(ip -n "$name" -o link show dev "${name}i")
+        mac=${mac#*link/ether }
+        macs[k]=${mac%% *}
+    done
+    mac=$(ip -o link show dev "$bridge")
+    mac=${mac#*link/ether }
+    mac=${mac%% *}
+    for k in $(seq 1 "$n"); do
+        printf -v name 'jwb%04d' "$k"
+        lines="neigh flush dev ${name}i nud permanent"$'\n'
+        lines+="neigh replace $ctl_addr lladdr $mac dev ${name}i nud permanent"$'\n'
+        for j in $(seq 1 "$n"); do
+            [ "$j" = "$k" ] || lines+="neigh replace 10.66.0.$j lladdr ${macs[j]} dev ${name}i nud permanent"$'\n'
+        done
+        ip -n "$name" -batch - <<<"$lines"
+    done
+}
+
 # run_in_ns PIDFILE LOG NETNS NODE HOSTNAME CMD...: start CMD in the foreground of a new UTS +
 # mount namespace (hostname set, node NODE's private /etc/hosts bound, its own /tmp), detached,
 # in /, and record its PID. In /: a daemon started from a directory that is later removed (a
@@ -453,6 +482,18 @@ all_ready() {  # all_ready N: sinfo shows N nodes, all responding and usable (ma
     # one line per node and partition: each node once
     out=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u) || return 1
     [ "$(grep -c -E ' (idle|mixed|allocated|completing)$' <<<"$out")" -eq "$1" ]
+}
+
+# ready_or_resume N: all_ready N; if not, resume the nodes Slurm holds drained or down (their
+# slurmd runs: `up` just started it or found it alive). Jobs that overloaded the machine's 2
+# cores left such nodes ("Kill task failed", "Not responding"), and the controller keeps them
+# across a restart with its saved state; on a real site an admin would resume them.
+ready_or_resume() {
+    local bad
+    all_ready "$1" && return 0
+    bad=$(sinfo -h -N -t drain,down -o %N 2>/dev/null | sort -u | paste -sd, -) || bad=""
+    [ -z "$bad" ] || scontrol update nodename="$bad" state=resume >/dev/null 2>&1 || true
+    return 1
 }
 
 cmd_up() {
@@ -498,6 +539,7 @@ cmd_up() {
     start_munge
     setup_bridge
     while read -r site k; do setup_node_net "$site" "$k"; done < <(lab_nodes "$n" "$sites")
+    static_neighbours "$n"
     if ! pid_alive "$state/slurmctld.pid" slurmctld; then
         if [ -n "$keep_state" ] && pid_alive "$state/slurmdbd.pid" slurmdbd; then
             # resized: the same controller state (jobs, next job id) and accounting database
@@ -520,7 +562,7 @@ cmd_up() {
             "$(site_hostname "$site" "$k")" slurmd -D -N "$name"
     done < <(lab_nodes "$n" "$sites")
     # about 0.2 s of CPU per slurmd start and registration: a big lab needs longer on 2 cores
-    if ! wait_until $((60 + n)) all_ready "$(lab_nodes "$n" "$sites" | wc -l)"; then
+    if ! wait_until $((60 + n)) ready_or_resume "$(lab_nodes "$n" "$sites" | wc -l)"; then
         sinfo -N >&2 || true
         tail -n 5 "$state"/log/*.log >&2 || true
         die "nodes not ready after $((60 + n)) s (logs in $state/log)"
@@ -622,6 +664,10 @@ cmd_down() {
     if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
     rm -f "$state"/hosts-* "$state/nodes" "$state/sites"
     rm -rf "$state/node"  # the nodes' /tmp: node-local, gone with the node
+    # the slurmds' spool: a fresh controller numbers jobs from 1 again, and a step socket left
+    # there by an earlier lab's step 1.0 made the next step 1.0 fail ("Cannot bind() UNIX socket
+    # .../stepd.slurm.pmix.1.0: Address already in use")
+    rm -rf "$state/spool"
     echo "$prog: down"
 }
 
