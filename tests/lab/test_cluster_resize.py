@@ -4,8 +4,9 @@ of the scale lab that CI runs (the lab at 64 nodes is `make test-scale`, tests/l
 From the size it finds (2 in CI) to two more nodes and back: no `down`, the accounting and the
 job ids kept, every node's private /etc/hosts rewritten so that old and new nodes reach each
 other by their `i` names and not by their hostnames, `up` without N keeping the bigger lab (a
-test run must not shrink a lab someone grew), a shrink refused in one line while a job runs on
-a node it would remove, and the removed nodes' namespaces and links gone.
+test run must not shrink a lab someone grew), every node with the others as permanent
+neighbours (no ARP between them), a shrink refused in one line while a job runs on a node it
+would remove, and the removed nodes' namespaces, links and neighbour entries gone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from tests.helpers.labsize import CLUSTER, STATE, node, sh
 def daemon_pids() -> dict:
     return {name: (STATE / f"{name}.pid").read_text().strip()
             for name in ("mariadbd", "slurmdbd") if (STATE / f"{name}.pid").exists()}
+
+
+def permanent_neighbours(name: str) -> list:
+    out = sh(["ip", "-n", name, "neigh", "show", "nud", "permanent"]).stdout
+    return sorted(line.split()[0] for line in out.splitlines())
 
 
 def job(*args: str) -> str:
@@ -80,6 +86,12 @@ def test_up_n_grows_and_shrinks_a_running_lab_in_place(cluster):
             assert x["me_addrs"][-1] == f"10.67.0.{k}" and x["me_i_addrs"] == [f"10.66.0.{k}"], x
             assert x[x["peer"] + "i"] == "reachable" and x[x["peer"]] != "reachable", x
 
+        # no ARP between the nodes (64 nodes' requests at once overflowed the one kernel's
+        # backlog): every node has the others and the controller as permanent neighbours
+        for k, name in enumerate(names, 1):
+            assert permanent_neighbours(name) == \
+                sorted(f"10.66.0.{j}" for j in [*range(1, bigger + 1), 254] if j != k)
+
         # a shrink that would remove a busy node is refused, naming the job
         busy = job("-w", node(bigger), "--wrap", "sleep 120")
         wait_running(busy)
@@ -104,6 +116,8 @@ def test_up_n_grows_and_shrinks_a_running_lab_in_place(cluster):
     hosts = sh(["srun", "-w", node(1), "-N1", "--time=1", "cat", "/etc/hosts"], timeout=60)
     assert hosts.returncode == 0 and f"{node(found)}i" in hosts.stdout, hosts.stderr
     assert node(bigger) not in hosts.stdout, hosts.stdout
+    assert permanent_neighbours(node(1)) == \
+        sorted(f"10.66.0.{j}" for j in [*range(2, found + 1), 254])
     assert daemon_pids() == daemons
 
 
