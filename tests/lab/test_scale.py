@@ -82,12 +82,12 @@ def submit(folder: Path, name: str, nodes: int, mode: str, program) -> str:
     return p.stdout.strip()
 
 
-def finished(cluster, job: str) -> str:
+def finished(cluster, job: str, folder: Path) -> str:
+    """The job's output and its per-node logs, once it left the queue and COMPLETED."""
     t0 = time.monotonic()
     cluster.wait_gone(job, 600)
     info = cluster.job_info(job)
-    out = Path(info["StdOut"])
-    text = out.read_text(errors="replace") if out.exists() else f"(no output at {out})"
+    text = cluster.collect_output(job, info, str(folder))
     print(f"job {job} {info.get('JobState')}: {info.get('StartTime')} -> {info.get('EndTime')} "
           f"(waited {time.monotonic() - t0:.0f} s)")
     assert info.get("JobState") == "COMPLETED", text[-4000:]
@@ -97,7 +97,7 @@ def finished(cluster, job: str) -> str:
 def test_srun_mode_on_64_nodes(cluster, lab64, shared_tmp):
     job = submit(shared_tmp, "scale-srun-64", NODES, "srun",
                  [str(REPO / "examples/distributed_sum.py")])
-    text = finished(cluster, job)
+    text = finished(cluster, job, shared_tmp)
     [line] = [x for x in text.splitlines() if "SUM_SUMMARY " in x]
     summary = json.loads(line.split("SUM_SUMMARY ", 1)[1])
     assert summary["world_size"] == NODES and summary["ok"], summary
@@ -109,7 +109,7 @@ def test_torchrun_mode_on_32_nodes(cluster, lab64, shared_tmp):
     n = 32
     job = submit(shared_tmp, "scale-torchrun-32", n, "torchrun",
                  [str(REPO / "examples/ddp_train.py"), "--steps", "3"])
-    text = finished(cluster, job)
+    text = finished(cluster, job, shared_tmp)
     assert f"job {job}: {n} nodes, rendezvous {node(1)}i:" in text, text[-3000:]
     [summary] = cluster.parse_summaries(text)
     assert cluster.check_summary(summary, n) == [], summary
