@@ -46,6 +46,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="2,4,8", help="node counts for the scaling section")
     ap.add_argument("--scale-sizes", default="2,8,32,64",
                     help="node counts for the scale section (the lab is resized to each)")
+    ap.add_argument("--scale-variants", default="floor,torchrun,kit-torchrun,kit-srun",
+                    help="scale section: which of floor, torchrun, kit-torchrun, kit-srun, "
+                         "kit-torchrun-bare")
     ap.add_argument("--rdzv-sizes", default="8,64,128,256",
                     help="agent counts for the rendezvous section (threads, no Slurm)")
     ap.add_argument("--bw-mb", type=int, default=64)
@@ -75,7 +78,7 @@ def main() -> int:
         "rendezvous": lambda: rdzv_bench.rendezvous(
             [int(n) for n in a.rdzv_sizes.split(",")], a.repeats),
         "scale": lambda: scale_bench.scale([int(n) for n in a.scale_sizes.split(",")],
-                                           a.repeats),
+                                           a.repeats, a.scale_variants.split(",")),
     }
     titles = {"launch": "Launch latency",
               "kit": "The kit's code called by path vs carried as text (issue 27)",

@@ -8,7 +8,8 @@ Variants, interleaved round after round at each size, every job a real Slurm job
 - plain torchrun, bare: hand-written as a user fixes it for this network (one srun task per
   node, c10d at the first node's `i` name, --rdzv-conf=is_host, --local-addr, GLOO_SOCKET_IFNAME);
 - the kit's torchrun mode in Apptainer and its srun mode in Apptainer (rendered by the
-  composer from a spec, as users get them).
+  composer from a spec, as users get them); with --scale-variants also the kit's torchrun mode
+  bare (kit-torchrun-bare: the kit's own cost against plain torchrun, without Apptainer's).
 A variant whose torch processes do not fit this machine's free memory at that size is left
 out and the row says so (per node: one torch process for the srun variants, the agent and its
 worker for torchrun; sizes from docs/development/cluster.md, "Many nodes").
@@ -56,12 +57,14 @@ GROUP = "torchrun-jsc-bench"
 # a bare torch process (venv) ~150 (private; the libraries are shared by all), one in Apptainer
 # ~225 (each container mounts its own squashfs, so nothing is shared), torchrun's agent and its
 # worker in one container ~370.
-MIB_PER_NODE = {"floor": 150, "torchrun": 300, "kit-torchrun": 370, "kit-srun": 225}
+MIB_PER_NODE = {"floor": 150, "torchrun": 300, "kit-torchrun": 370, "kit-srun": 225,
+                "kit-torchrun-bare": 300}
 RESERVE_MIB = 3072
 LABELS = {"floor": "plain srun + env:// (floor), bare",
           "torchrun": "plain torchrun (is_host, --local-addr), bare",
           "kit-torchrun": "kit torchrun mode, apptainer",
-          "kit-srun": "kit srun mode, apptainer"}
+          "kit-srun": "kit srun mode, apptainer",
+          "kit-torchrun-bare": "kit torchrun mode, bare (the venv)"}
 PHASES = ["queue", "batch script", "srun -> program", "torch import", "process group",
           "first all_reduce"]
 
@@ -102,12 +105,15 @@ def plain_job(kind: str, n: int) -> str:
     return str(path.relative_to(ROOT))
 
 
-def kit_job(mode: str, n: int) -> str:
+def kit_job(mode: str, n: int, runtime: str = "apptainer") -> str:
     """The composer's jobscript for N nodes x 1 process in image.sif, with the bench's lines:
     the batch start, the time and `times` before the launch's srun, `times` at the end."""
-    name = f"bench_scale_kit_{mode}_{n}"
+    name = f"bench_scale_kit_{mode}_{runtime}_{n}"
+    rt = "runtime: {kind: apptainer, image: image.sif}" if runtime == "apptainer" else \
+        "runtime: {kind: bare}"
+    site = "site: jsc" if runtime == "apptainer" else "site: {profile: jsc, venv: .venv}"
     spec = (f"job: {{name: {name}, nodes: {n}, time: '00:10:00', partition: batch}}\n"
-            "site: jsc\nruntime: {kind: apptainer, image: image.sif}\n"
+            f"{site}\n{rt}\n"
             f"launch: {{mode: {mode}, procs_per_node: 1}}\n"
             f"program: [python3, -u, {PROGRAM}]\n")
     (OUT / f"{name}.yaml").write_text(spec)
@@ -235,10 +241,17 @@ def lab_size() -> int:
     return int(path.read_text()) if path.exists() else 2
 
 
-def one_size(n: int, repeats: int) -> Dict[str, Dict[str, Series]]:
+VARIANTS = ("floor", "torchrun", "kit-torchrun", "kit-srun")
+
+
+def one_size(n: int, repeats: int, variants: Sequence[str] = VARIANTS
+             ) -> Dict[str, Dict[str, Series]]:
     OUT.mkdir(parents=True, exist_ok=True)
-    jobs = {"floor": plain_job("floor", n), "torchrun": plain_job("torchrun", n),
-            "kit-torchrun": kit_job("torchrun", n), "kit-srun": kit_job("srun", n)}
+    make = {"floor": lambda: plain_job("floor", n), "torchrun": lambda: plain_job("torchrun", n),
+            "kit-torchrun": lambda: kit_job("torchrun", n),
+            "kit-srun": lambda: kit_job("srun", n),
+            "kit-torchrun-bare": lambda: kit_job("torchrun", n, "bare")}
+    jobs = {k: make[k]() for k in variants}
     results: Dict[str, Dict[str, Series]] = {k: {} for k in jobs}
     skipped = {k for k in jobs if not fits(k, n)}
     for _ in range(repeats):
@@ -264,8 +277,8 @@ def report(sizes: Sequence[int], all_results: Dict[int, Dict[str, Dict[str, Seri
     wall, cpu = [], []
     for n in sizes:
         res = all_results[n]
-        floor = res["floor"].get("total")
-        plain = res["torchrun"].get("total")
+        floor = res.get("floor", {}).get("total")
+        plain = res.get("torchrun", {}).get("total")
         for kind, r in res.items():
             if "skipped" in r:
                 wall.append([str(n), LABELS[kind], r["skipped"].name] + [""] * (len(PHASES) + 2))
@@ -290,7 +303,7 @@ def report(sizes: Sequence[int], all_results: Dict[int, Dict[str, Dict[str, Seri
                      "srun client", "slurmctld"], cpu))
 
 
-def scale(sizes: Sequence[int], repeats: int) -> str:
+def scale(sizes: Sequence[int], repeats: int, variants: Sequence[str] = VARIANTS) -> str:
     found = lab_size()
     all_results: Dict[int, Dict[str, Dict[str, Series]]] = {}
     try:
@@ -301,7 +314,7 @@ def scale(sizes: Sequence[int], repeats: int) -> str:
             detach()
             attached = attach(nodes)
             try:
-                all_results[n] = one_size(n, repeats)
+                all_results[n] = one_size(n, repeats, variants)
             finally:
                 if attached:
                     detach()
