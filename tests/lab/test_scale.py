@@ -6,9 +6,9 @@ The lab is grown to 64 nodes once for the module and brought back to the size it
 end. On it: every node's names (hostname -> the unreachable management address, `i` -> the
 fabric) from a 64-node step; examples/distributed_sum.py in srun mode on 64 nodes x 1 process
 (one torch process per node, about 145 MB each bare); the demo program in torchrun mode
-(torchrun_jsc's agent and its worker: two torch processes per node) on 32 nodes. 64 nodes in
-torchrun mode need about 18 GB bare (23 GB in Apptainer) and do not fit beside other work
-(docs/development/cluster.md, "Many nodes").
+(torchrun_jsc's agent and its worker: two torch processes per node) on 32 nodes: 64 nodes in
+torchrun mode need about 18 GB bare (23 GB in Apptainer), more than this machine has beside
+other work (docs/development/cluster.md, "Many nodes").
 """
 
 from __future__ import annotations
