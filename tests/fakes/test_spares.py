@@ -1,0 +1,118 @@
+"""Ring 2: the spare-node supervisor (launcher/node/spares.py) with a local stand-in for srun.
+
+The stand-in runs each step here with SLURMD_NODENAME=NODE (from the --nodelist the supervisor
+puts after srun); the heartbeats are real UDP datagrams over loopback. A node is "lost" when its
+task stops its heartbeat process with SIGSTOP: the step still runs, the heartbeats stop, as
+when a node's network is gone. The real thing, a killed lab node, is tests/lab/test_spare_nodes.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = [sys.executable, "-I", str(REPO / "launcher/node/run.py")]
+
+FAKE_SRUN = """#!/bin/bash
+# srun --nodelist=NODE ARGV...: the step, here, on "NODE", in a process group of its own that
+# SIGTERM ends (the real srun passes it to the step's tasks)
+node=${1#--nodelist=}; shift
+SLURMD_NODENAME="$node" setsid "$@" &
+step=$!
+trap 'kill -KILL -- "-$step"' TERM
+wait "$step"
+wait "$step"
+"""
+
+# The agent's stand-in: prints its node and slot; LOSE (a node name) stops its own heartbeat
+# there; FAIL=NODE:STATUS ends there with STATUS; else it runs for HOLD seconds.
+TASK = r"""
+import os, signal, sys, time
+node, rank = os.environ["SLURMD_NODENAME"], os.environ["TORCHRUN_JSC_NODE_RANK"]
+print("TASK", node, rank, os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"), os.getppid(),
+      flush=True)
+if os.environ.get("LOSE") == node:
+    os.kill(os.getppid(), signal.SIGSTOP)  # the heartbeat stops, the step runs on
+fail_node, _, status = os.environ.get("FAIL", "").partition(":")
+if fail_node == node:
+    sys.exit(int(status))
+time.sleep(float(os.environ.get("HOLD", "3")))
+"""
+
+
+def supervise(tmp_path: Path, train: str, spares: str, **env: str) -> subprocess.CompletedProcess:
+    srun = tmp_path / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    argv = [*RUN, "spares", "run", "42", "4", "127.0.0.1", train, spares, "--",
+            str(srun), *RUN, "spares", "beat", "--", sys.executable, "-c", TASK]
+    full_env = {k: v for k, v in os.environ.items() if k != "REQUEUE_MARKER"}
+    full_env.update(env)
+    # Output to files, not pipes: the lost node's stopped heartbeat keeps them open.
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=full_env)
+        rc = proc.wait(timeout=120)
+    p = subprocess.CompletedProcess(argv, rc, (tmp_path / "out").read_text(),
+                                    (tmp_path / "err").read_text())
+    for line in p.stdout.splitlines():  # the lost node's stopped heartbeat: ours to end
+        words = line.split()
+        if words[:2] == ["TASK", env.get("LOSE")]:
+            try:
+                os.kill(int(words[-1]), signal.SIGKILL)
+            except ProcessLookupError:  # the stand-in for srun ended it
+                pass
+    return p
+
+
+def test_a_silent_node_is_replaced_by_the_spare_in_its_slot(tmp_path):
+    p = supervise(tmp_path, "n1,n2", "n3", LOSE="n2")
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert "TASK n1 0 1 " in out and "TASK n2 1 1 " in out, out
+    lost = [line for line in out.splitlines() if "lost at" in line]
+    assert len(lost) == 1 and lost[0].startswith("job 42: node n2 lost at "), out
+    assert re.search(r"UTC: no heartbeat for [45] s$", lost[0]), out
+    assert "job 42: spare n3 takes the place of n2 (node rank 1; 0 spares left)" in out, out
+    assert "TASK n3 1 1 " in out, out  # the spare in the lost node's slot, rank 1
+
+
+def test_no_spare_left_writes_the_requeue_marker_and_stops_the_others(tmp_path):
+    marker = tmp_path / "stopped"
+    p = supervise(tmp_path, "n1,n2", "", LOSE="n2", HOLD="60", REQUEUE_MARKER=str(marker))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "job 42: node n2 lost at " in p.stdout, p.stdout
+    assert "no spare left for n2: the steps of the other nodes were stopped" in p.stdout
+    assert marker.read_text() == ("node n2 lost, no spare left: resumed from the last periodic "
+                                  "checkpoint\n")
+
+
+def test_no_spare_and_no_requeue_ends_the_job_with_1(tmp_path):
+    p = supervise(tmp_path, "n1,n2", "", LOSE="n2", HOLD="60")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "no spare left for n2 (job.requeue not set: the job ends)" in p.stdout, p.stdout
+
+
+def test_a_failed_step_ends_the_others_with_its_status(tmp_path):
+    p = supervise(tmp_path, "n1,n2", "n3", FAIL="n2:3", HOLD="60")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "job 42: the step on n2 ended with status 3" in p.stdout, p.stdout
+    assert "lost at" not in p.stdout and "TASK n3" not in p.stdout, p.stdout
+
+
+def test_beat_passes_the_agents_status_on_and_survives_the_steps_signals(tmp_path):
+    code = ("import os, signal, time; os.kill(os.getppid(), signal.SIGUSR2); "
+            "os.kill(os.getppid(), signal.SIGTERM); time.sleep(0.5); raise SystemExit(7)")
+    p = subprocess.run([*RUN, "spares", "beat", "--", sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 7, p.stderr
+
+
+def test_usage_error_is_one_line():
+    p = subprocess.run([*RUN, "spares", "run", "42"], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "usage:" in p.stderr, p.stderr
