@@ -155,12 +155,15 @@ class Supervisor(object):
             self.last[node] = self.now()
             ready = select.select([self.sock], [], [], 0)[0]
 
+    def beaten(self, slot):
+        """Has the slot's node sent a heartbeat since its step started?"""
+        return self.last.get(slot.node, -1.0) >= slot.started
+
     def silent_for(self, slot):
         """Seconds since the slot's node last beat, and the limit for it."""
-        last = self.last.get(slot.node)
-        if last is None or last < slot.started:
+        if not self.beaten(slot):
             return self.now() - slot.started, self.timeout + START_GRACE_S
-        return self.now() - last, self.timeout
+        return self.now() - self.last[slot.node], self.timeout
 
     def stop_all(self, why):
         """SIGTERM to every running step (srun passes it to the tasks), then wait."""
@@ -178,10 +181,11 @@ class Supervisor(object):
                 proc.kill()
         log("job {}: {}: the steps of the other nodes were stopped".format(self.job, why))
 
-    def replace(self, slot, silent):
+    def replace(self, slot, silent, why=None):
         node = slot.node
-        log("job {}: node {} lost at {}: no heartbeat for {:.0f} s".format(
-            self.job, node, time_text(self.now()), silent))
+        log("job {}: node {} lost at {}: {}".format(
+            self.job, node, time_text(self.now()),
+            why or "no heartbeat for {:.0f} s".format(silent)))
         self.lost.append(slot.proc)
         if self.spares:
             spare = self.spares.pop(0)
@@ -206,6 +210,15 @@ class Supervisor(object):
             if slot.rc is not None:
                 continue
             rc = slot.proc.poll()
+            if rc is not None and not self.beaten(slot):
+                # srun ended before the node ever beat: the node is gone (srun reports a
+                # node failure, even with status 0, or could not start the step there)
+                verdict = self.replace(slot, self.now() - slot.started,
+                                       "its step ended (status {}) before its first "
+                                       "heartbeat".format(rc))
+                if verdict is not None:
+                    return verdict
+                continue
             if rc is not None:
                 slot.rc = rc
                 if rc != 0:

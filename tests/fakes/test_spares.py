@@ -20,8 +20,10 @@ RUN = [sys.executable, "-I", str(REPO / "launcher/node/run.py")]
 
 FAKE_SRUN = """#!/bin/bash
 # srun --nodelist=NODE ARGV...: the step, here, on "NODE", in a process group of its own that
-# SIGTERM ends (the real srun passes it to the step's tasks)
+# SIGTERM ends (the real srun passes it to the step's tasks); on a node in $DEAD none starts
+# (srun: error: Node failure) and srun ends with 0, as Slurm 24.11's did in the lab
 node=${1#--nodelist=}; shift
+if [[ " ${DEAD:-} " == *" $node "* ]]; then echo "srun: error: Node failure on $node" >&2; exit 0; fi
 SLURMD_NODENAME="$node" setsid "$@" &
 step=$!
 trap 'kill -KILL -- "-$step"' TERM
@@ -116,3 +118,16 @@ def test_usage_error_is_one_line():
     p = subprocess.run([*RUN, "spares", "run", "42"], capture_output=True, text=True,
                        timeout=60, check=False)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "usage:" in p.stderr, p.stderr
+
+
+def test_a_spare_whose_step_never_started_is_lost_too(tmp_path):
+    """n2 goes silent; the spare n3 is dead as well (its srun ends at once, status 0, no
+    heartbeat ever): lost too; n4 takes the slot."""
+    p = supervise(tmp_path, "n1,n2", "n3,n4", LOSE="n2", DEAD="n3")
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert "job 42: spare n3 takes the place of n2 (node rank 1; 1 spare left)" in out, out
+    assert re.search(r"job 42: node n3 lost at .*: its step ended \(status 0\) before its "
+                     r"first heartbeat", out), out
+    assert "job 42: spare n4 takes the place of n3 (node rank 1; 0 spares left)" in out, out
+    assert "TASK n4 1 1 " in out, out
