@@ -308,6 +308,7 @@ jsc_requeue_setup() {  # SIGNAL MAX scancel|kill
     rm -f -- "$REQUEUE_MARKER"
     # Slurm counts requeues in SLURM_RESTART_COUNT, psslurm (JSC) in SLURM_JOB_RESTART_COUNT.
     restart_count="${SLURM_RESTART_COUNT:-${SLURM_JOB_RESTART_COUNT:-0}}"
+    jsc_requeue_max=$2
     echo "job ${SLURM_JOB_ID}: attempt $((restart_count + 1)), requeued at most $2 times"
     launch_pid=""
     jsc_requeue_signalled=0
@@ -408,7 +409,14 @@ jsc_spare_nodes() {  # TRAIN
 
 # The launch with spares: one srun step per training node (SRUN... without a node list; the
 # supervisor names each node), a node whose heartbeat stopped for TIMEOUT s replaced by a spare.
+# Where the batch host is lost (Slurm keeps a --no-kill job without its script running until
+# its time limit), the nodes end the job: requeue it where job.requeue has requeues left.
 jsc_spares_launch() {  # TIMEOUT SRUN...
+    TORCHRUN_JSC_HOST_LOST=cancel
+    if [ -n "${REQUEUE_MARKER:-}" ] && [ "${restart_count:-0}" -lt "${jsc_requeue_max:-0}" ]; then
+        TORCHRUN_JSC_HOST_LOST=requeue
+    fi
+    export TORCHRUN_JSC_HOST_LOST
     python3 -I "$kit/node/run.py" spares run "$SLURM_JOB_ID" "$1" "$rdzv_host" "$train_nodes" \
         "$spare_nodes" -- "${@:2}"
 }

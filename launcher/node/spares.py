@@ -39,6 +39,8 @@ from launcher.node.stacks import time_text
 BEAT_ENV = "TORCHRUN_JSC_BEAT"  # HOST:PORT the heartbeats go to, set for the steps by ``run``
 NODE_RANK_ENV = "TORCHRUN_JSC_NODE_RANK"  # the slot's node rank (0: the batch host, the store)
 BEAT_EVERY_S = 1.0
+HOST_TIMEOUT_S = 30.0  # no answer from the batch host for this long: it is lost
+HOST_LOST_ENV = "TORCHRUN_JSC_HOST_LOST"  # requeue | cancel: what a node does then
 START_GRACE_S = 60.0  # a step's first heartbeat may come this much later (srun, the node's python3)
 STOP_WAIT_S = 30.0  # how long the others' steps get to end after SIGTERM
 POLL_S = 0.25
@@ -58,10 +60,18 @@ def _ignore(signum, frame):
     is reset at exec, so the agent gets the default dispositions."""
 
 
-def beat(argv, env=None):
+def beat(argv, env=None, host_timeout=None):
     """Run ARGV as a child; send this node's name to $TORCHRUN_JSC_BEAT every second while it
-    runs; return its exit status (128 + N for a signal N)."""
+    runs; return its exit status (128 + N for a signal N).
+
+    The supervisor answers every heartbeat. Once it answered and then stayed silent for
+    HOST_TIMEOUT_S, the batch host is lost: Slurm keeps a --no-kill job whose batch host died
+    RUNNING without its batch script until the time limit (lab, Slurm 24.11: "Removing
+    failed node jwb0001 from JobId=42"), so this node ends it: ``scontrol requeue`` where
+    $TORCHRUN_JSC_HOST_LOST is ``requeue`` (job.requeue with requeues left), else
+    ``scancel``. Every node does it; the first one wins, the others find the job gone."""
     env = os.environ if env is None else env
+    host_timeout = HOST_TIMEOUT_S if host_timeout is None else host_timeout
     host, _, port = env.get(BEAT_ENV, "").rpartition(":")
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
@@ -75,25 +85,60 @@ def beat(argv, env=None):
             sys.stderr.write("spares beat: cannot resolve {} ({}): no heartbeat from {}\n".format(
                 host, e, node))
     sock = socket.socket(target[0], socket.SOCK_DGRAM) if target else None
-    seq = 0
+    state = {"seq": 0, "sent": 0.0, "answered": None, "acted": False}
 
     def send():
-        if sock is not None:
-            try:
-                sock.sendto("{} {} {}".format(node, os.getpid(), seq).encode(), target[4])
-            except OSError:
-                pass  # the network is down: the supervisor notices the silence
+        state["sent"] = time.time()
+        try:
+            sock.sendto("{} {} {}".format(node, os.getpid(), state["seq"]).encode(), target[4])
+        except OSError:
+            pass  # the network is down: the supervisor notices the silence
+        state["seq"] += 1
 
-    send()  # the first before the agent starts: the node is alive from here on
+    if sock is not None:
+        send()  # the first before the agent starts: the node is alive from here on
     child = subprocess.Popen(argv)
     while child.poll() is None:
-        try:
-            child.wait(timeout=BEAT_EVERY_S)
-        except subprocess.TimeoutExpired:
-            seq += 1
+        if sock is None:
+            try:
+                child.wait(timeout=BEAT_EVERY_S)
+            except subprocess.TimeoutExpired:
+                pass
+            continue
+        wait = max(0.0, state["sent"] + BEAT_EVERY_S - time.time())
+        if select.select([sock], [], [], min(wait, 0.2))[0]:
+            try:
+                sock.recv(64)
+                state["answered"] = time.time()
+            except OSError:
+                pass
+        if time.time() >= state["sent"] + BEAT_EVERY_S:
             send()
+        answered = state["answered"]
+        if answered is not None and not state["acted"] and \
+                time.time() - answered > host_timeout:
+            state["acted"] = True
+            host_lost(env, node, host, time.time() - answered)
     rc = child.returncode
     return 128 - rc if rc < 0 else rc
+
+
+def host_lost(env, node, host, silent):
+    """End a job whose batch host is gone (see beat): requeue or cancel, one line."""
+    job = env.get("SLURM_JOB_ID", "")
+    action = "requeue" if env.get(HOST_LOST_ENV) == "requeue" else "cancel"
+    argv = ["scontrol", "requeue", job] if action == "requeue" else ["scancel", job]
+    sys.stderr.write("job {}: node {}: the batch host {} has not answered for {:.0f} s at {}: "
+                     "it is lost with the job's script and rendezvous store; {} the job "
+                     "({})\n".format(job, node, host, silent, time_text(time.time()),
+                                     "requeueing" if action == "requeue" else "cancelling",
+                                     " ".join(argv)))
+    sys.stderr.flush()
+    if job:
+        try:
+            subprocess.call(argv)
+        except OSError as e:  # no Slurm commands here (e.g. inside a pyxis container)
+            sys.stderr.write("job {}: node {}: {}: {}\n".format(job, node, argv[0], e))
 
 
 # --- the batch host: the supervisor -------------------------------------------------------------
@@ -148,11 +193,15 @@ class Supervisor(object):
         ready = select.select([self.sock], [], [], wait)[0]
         while ready:
             try:
-                data = self.sock.recv(512)
+                data, addr = self.sock.recvfrom(512)
             except OSError:
                 break
             node = data.decode("ascii", "replace").split(" ", 1)[0]
             self.last[node] = self.now()
+            try:
+                self.sock.sendto(b"ok", addr)  # the node knows its batch host lives
+            except OSError:
+                pass
             ready = select.select([self.sock], [], [], 0)[0]
 
     def beaten(self, slot):

@@ -131,3 +131,35 @@ def test_a_spare_whose_step_never_started_is_lost_too(tmp_path):
                      r"first heartbeat", out), out
     assert "job 42: spare n4 takes the place of n3 (node rank 1; 0 spares left)" in out, out
     assert "TASK n4 1 1 " in out, out
+
+
+def test_a_node_ends_the_job_when_the_batch_host_stops_answering(tmp_path):
+    """The supervisor (here the test) answers two heartbeats, then goes silent as a dead batch
+    host: after the host timeout the node requeues the job (a stand-in scontrol records it)
+    and one line says why; the agent (a sleep) runs on until it ends by itself."""
+    import socket as socketlib
+
+    (tmp_path / "scontrol").write_text('#!/bin/sh\necho "$@" >>"${0%/*}/called"\n')
+    (tmp_path / "scontrol").chmod(0o755)
+    sock = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(5)
+    env = dict(os.environ, TORCHRUN_JSC_BEAT=f"127.0.0.1:{sock.getsockname()[1]}",
+               SLURM_JOB_ID="42", SLURMD_NODENAME="n2", TORCHRUN_JSC_HOST_LOST="requeue",
+               PATH=f"{tmp_path}:{os.environ['PATH']}")
+    code = ("import sys; from launcher.node.spares import beat; "
+            "sys.exit(beat([sys.executable, '-c', 'import time; time.sleep(5)'], "
+            "host_timeout=1.5))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(2):
+        data, addr = sock.recvfrom(512)
+        assert data.decode().startswith("n2 "), data
+        sock.sendto(b"ok", addr)
+    _, err = proc.communicate(timeout=60)
+    sock.close()
+    assert proc.returncode == 0, err
+    assert re.search(r"^job 42: node n2: the batch host 127.0.0.1 has not answered for \d s at "
+                     r".*: it is lost with the job's script and rendezvous store; requeueing "
+                     r"the job \(scontrol requeue 42\)$", err, re.M), err
+    assert (tmp_path / "called").read_text() == "requeue 42\n"
