@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-fast test-index torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-fast test-index spec-reference architecture torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -36,6 +36,15 @@ test-arm64: setup
 # docs/development/tests.md from the test files' docstrings (a ring 1 test fails while stale).
 test-index:
 	python3 tests/helpers/testindex.py
+
+# docs/reference/spec.md's key tables from the keys' declarations (a ring 1 test fails while
+# stale); the composer's Python (PyYAML) imports the declarations.
+spec-reference:
+	$(COMPOSER_PY) tests/helpers/specref.py
+
+# launcher/'s modules, the imports between them, floors and cycles (docs/development/architecture.md).
+architecture:
+	python3 tests/helpers/architecture.py
 
 # The launcher's real two-node test under older torch releases (own venvs in build/; several
 # GB of CUDA wheels from PyPI, so not part of `make test`). TORCH_VERSIONS="2.4.1 ..." to pick.

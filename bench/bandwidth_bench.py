@@ -117,7 +117,7 @@ def partition_nodes(partition: str = "batch") -> List[str]:
 
 
 def bandwidth(repeats: int, floor: Optional[float] = None) -> str:
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from launcher.spec import parse_spec
 
     out_dir = ROOT / "bench-results" / "jobs"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from bench.stats import interleave, ratio, seconds_to_ready, table
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent

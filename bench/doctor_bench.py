@@ -1,4 +1,4 @@
-"""Bench sections for the doctor (launcher/doctor): what launch.preflight costs, and what the
+"""Bench sections for the doctor (launcher/node/doctor, launcher/submit/doctor.py): what launch.preflight costs, and what the
 faults it names cost a job without it.
 
 - preflight: the launch section's apptainer job (2 nodes x 2 processes, torchrun_jsc; the
@@ -34,7 +34,7 @@ TORCH_PROGRAM = ["python3", "-c", "import torch.distributed as d; d.init_process
 def _job(name: str, preflight: bool) -> str:
     """The launch section's apptainer job, with or without the preflight; the bench adds one
     line that stamps the job's start, so queue waits (the lab is shared) do not count."""
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from launcher.spec import parse_spec
 
     out_dir = ROOT / "bench-results" / "jobs"
@@ -144,7 +144,7 @@ def faults(cap: float = FAULT_CAP_S) -> str:
     for title, (fault, scenario) in FAULTS.items():
         doc = _spec(folder, "with", fault, True)
         job = folder / "without.job"
-        from launcher.jobscript import render_jobscript
+        from launcher.render.jobscript import render_jobscript
         from launcher.spec import load_spec
 
         job.write_text(render_jobscript(load_spec(str(_spec(folder, "without", fault, False)))))

@@ -43,7 +43,7 @@ def without_hook(text: str) -> str:
 
 
 def _job(name: str, program, deadline: bool, hook: bool = True, env: str = "") -> str:
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from launcher.spec import parse_spec
 
     out_dir = ROOT / "bench-results" / "jobs"

@@ -19,7 +19,7 @@ from typing import Dict, Optional
 
 from bench.cluster_bench import ROOT, slurmjob
 from bench.stats import interleave, ratio, table
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
 SUM = ["python3", "-u", "examples/distributed_sum.py"]

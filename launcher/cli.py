@@ -18,20 +18,20 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Optional, Sequence
 
-from launcher import __version__, imagecheck, kit
+from launcher import __version__, kit
+from launcher.render import imagecheck
 from launcher.node.doctor.report import failures, render_json, render_table
-from launcher.doctor.run import run_here, submit_and_wait
+from launcher.submit.doctor import run_here, submit_and_wait
 from launcher.node.image_arch import ImageArchError, image_arch, mismatch_line, normalize_arch
-from launcher.jobscript import render_jobscript
-from launcher.placement import placement_warnings
-from launcher.preview import render_preview
-from launcher.model import JobSpec, Preflight, SpecError
+from launcher.render.jobscript import render, render_jobscript
+from launcher.plan import build_plan, plan_json, spec_warnings
+from launcher.render.preview import render_preview
+from launcher.model import JobSpec, Preflight, SpecError, SubmitError
 from launcher.runtimes import RUNTIMES
 from launcher.spec import load_spec
-from launcher.stacks_step import run_stacks_step, timed_out_line
-from launcher.submit import SubmitError, check_log_dirs, sbatch, \
-    submit_warnings, write_script
-from launcher.venvjob import default_requirements, default_script, fill_wheelhouse, \
+from launcher.submit import check_log_dirs, sbatch, submit_warnings, write_script
+from launcher.submit.stacks import run_stacks_step, timed_out_line
+from launcher.render.venvjob import default_requirements, default_script, fill_wheelhouse, \
     render_venv_job
 
 
@@ -42,6 +42,7 @@ EXAMPLES = """\
 examples:
   {prog} render jobs/ddp_container.yaml            # print the jobscript (dry run)
   {prog} render jobs/ddp_container.yaml -o x.job   # write it
+  {prog} render --json jobs/ddp_container.yaml     # the job plan (the dry run) as JSON
   {prog} check jobs/ddp_container.yaml             # validate only
   {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
   {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
@@ -70,6 +71,9 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     render = sub.add_parser("render", parents=[debug], help="print or write the jobscript")
     render.add_argument("spec")
     render.add_argument("-o", "--output", help="write here instead of stdout")
+    render.add_argument("--json", action="store_true", help="the job plan instead of the "
+                        "script: #SBATCH options with who asked for each, the paragraphs, "
+                        "the set-up step, the steps before the launch and the launch, as JSON")
     check = sub.add_parser("check", parents=[debug], help="validate the spec only")
     check.add_argument("spec")
     check.add_argument("--image", action="store_true",
@@ -169,7 +173,7 @@ def _check_image(spec: JobSpec, machine: str) -> str:
     for another architecture than job.arch is refused; without job.arch, one for another
     architecture than this host, ``machine``, gets a warning line: the partition may differ
     from the login node), then, where it runs natively here, python3, torch and the commands
-    the spec starts in it (launcher.imagecheck); one line naming what it lacks."""
+    the spec starts in it (launcher.render.imagecheck); one line naming what it lacks."""
     image = spec.runtime.image
     local = None if image is None else RUNTIMES[spec.runtime.kind](spec).local_exec(image, [])
     if local is None or image is None:
@@ -293,7 +297,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "stacks":
         return _stacks(args)
     spec = load_spec(args.spec)
-    for warning in placement_warnings(spec):  # the spec is valid, but likely not meant so
+    for warning in spec_warnings(spec):  # the spec is valid, but likely not meant so
         print(warning, file=sys.stderr)
     target = getattr(args, "output", None)
     if target and os.path.realpath(target) == os.path.realpath(args.spec):
@@ -310,7 +314,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{args.spec}: ok ({spec.launch.mode}, {spec.runtime.kind}, {nodes}, "
               f"{len(text.splitlines())} lines{found}{notes})")
     elif args.command == "render":
-        text = render_jobscript(spec, kit_dir=kit_dir)
+        plan = build_plan(spec, "submit", kit_dir)
+        text = json.dumps(plan_json(plan), indent=2) + "\n" if args.json else render(plan)
         if args.output:
             check_log_dirs(spec)  # a script to submit: its log directory must exist
             write_script(text, args.output)

@@ -1,7 +1,7 @@
 """Where a job finds the kit's node-side code: ``$kit`` in every jobscript, and its files.
 
 Where it sits: the composer's edge (launcher.cli: which kit, :func:`installed`) -> **kit**
-(tokens and lines) -> jobscript, modes, runtimes. Jobscripts never carry the kit's code as
+(tokens and lines) -> the job plan, features, modes, runtimes. Jobscripts never carry the kit's code as
 text: they name the kit's package directory once (``kit=...``) and call its files
 (docs/development/node-code.md): ``source "$kit/node/job.sh" VERSION`` (the batch script's
 functions), ``python3 -I "$kit/node/run.py" COMMAND`` (node-side Python, the host's python3),

@@ -1,7 +1,9 @@
-"""The frozen data a job spec becomes, and the one error type the loader raises.
+"""The frozen data a job spec becomes, and the composer's two error types: SpecError (the
+spec, or an argument, is wrong) and SubmitError (writing, submitting or a step on the
+machine failed).
 
-Where it sits: spec (YAML -> these types) -> runtimes/modes -> jobscript text -> submit.
-Pure data: no I/O, no validation (launcher.spec does that).
+Where it sits: on the ground floor: spec (YAML -> these types) -> features, modes, runtimes
+-> the job plan -> text -> submit. Pure data: no I/O, no validation (launcher.spec does that).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ class SpecError(Exception):
         super().__init__(text)
 
 
+class SubmitError(Exception):
+    """Writing or submitting failed, or a step on the machine; str() is one line for the CLI."""
+
+
 @dataclass(frozen=True)
 class Bind:
     source: str
@@ -35,7 +41,7 @@ class Bind:
 @dataclass(frozen=True)
 class Requeue:
     """job.requeue: checkpoint on a signal before the time limit (or a preemption), then
-    requeue. launcher.requeue_script renders it; launcher.requeue is the program's side."""
+    requeue (launcher.features.requeue; the program's side: torchrun_jsc_kit.requeue)."""
 
     signal: str = "USR2"  # without SIG; USR1 is left to NCCL
     before: int = 120  # seconds before the time limit (#SBATCH --signal=B:SIG@before)
@@ -70,7 +76,7 @@ class Horovod:
 
 @dataclass(frozen=True)
 class VenvBuild:
-    """How `jsc-compose venv` builds site.venv on a compute node (launcher.venvjob)."""
+    """How `jsc-compose venv` builds site.venv on a compute node (launcher.render.venvjob)."""
 
     requirements: Optional[str] = None  # None: requirements.txt beside the spec
     pip_options: Tuple[str, ...] = ()  # e.g. --no-index --find-links /p/wheels
@@ -79,7 +85,7 @@ class VenvBuild:
 
 @dataclass(frozen=True)
 class SuffixRule:
-    """A site's inter-node names, chosen on the first node at run time (launcher.internode):
+    """A site's inter-node names, chosen on the first node at run time (features.site):
     the suffix listed for $SYSTEMNAME; where SYSTEMNAME is unset or not listed, the first
     candidate (in this order) with which the first node's name resolves."""
 
@@ -154,7 +160,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Preflight:
-    """launch.preflight: the doctor's checks before the launch (launcher.doctor)."""
+    """launch.preflight: the doctor's checks before the launch (launcher.features.preflight)."""
 
     fake_gpus: bool = False  # the lab's fake GRES: count CUDA_VISIBLE_DEVICES, no device files
 
@@ -166,7 +172,7 @@ class Launch:
     command: Tuple[str, ...] = ()  # argv of the per-node launcher (modes that have one)
     rdzv_port: Optional[int] = None
     preflight: Optional[Preflight] = None
-    hang_timeout: Optional[int] = None  # seconds without progress: end the job (spec_hangs)
+    hang_timeout: Optional[int] = None  # seconds without progress: end the job (features.hangs)
     # The mode's own keys, typed: the frozen dataclass its LaunchMode.options returns (e.g.
     # launcher.modes.horovod.HorovodOptions), None for a mode without options.
     options: Any = None
@@ -209,7 +215,7 @@ class JobSpec:
 #   plugins/psslurm/src/psslurm/psslurmenv.c getPMIType(), plugins/pspmix/slurm/mpi_pspmix.c
 #   (setenvf(env, "PSSLURM_PMI_TYPE", "pmix")). Override: launch.mpi_plugin.
 # - module_purge: start site.modules from a clean module environment (`module purge`, then
-#   the Stage and its modules), as JSC's user guidance does and as launcher.venvjob builds the
+#   the Stage and its modules), as JSC's user guidance does and as launcher.render.venvjob builds the
 #   venv, so that the run job loads the set the venv was built with, not that plus whatever
 #   the submit shell had loaded. Override: site.module_purge.
 # - env defaults against InfiniBand retry timeouts under DragonFly+ congestion, as public

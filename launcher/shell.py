@@ -1,6 +1,6 @@
 """Shell text from argv lists: the one place where the composer quotes anything.
 
-Where it sits: spec -> runtimes/modes (argv lists of tokens) -> **shell** -> jobscript text.
+Where it sits: spec -> features/modes/runtimes (argv lists of tokens) -> **shell** -> text.
 Renderers build argv lists to the very end. A token is either a literal ``str`` (always
 quoted with ``shlex.quote``, so any byte sequence reaches the program unchanged) or a
 deliberate run-time expansion built from ``Var`` parts (rendered inside double quotes,

@@ -1,10 +1,12 @@
 """Slurm facts that the login node and the compute nodes both need: standard library only.
 
-Where it sits: on the ground floor. The composer (launcher.preview, launcher.jobscript,
-launcher.submitit) and the node agents (launcher.task.ray) import it; it imports nothing of
-the kit's (docs/development/index.md#where-code-runs).
+Where it sits: on the ground floor. The composer (launcher.features: the rendezvous port and
+Slurm times; launcher.render.preview, launcher.submitit) and the node agents
+(launcher.task.ray) import it; it imports nothing of the kit's
+(docs/development/index.md#where-code-runs).
 
 - :func:`expand_nodelist`: a Slurm hostlist (``jwb[0001-0003,0007],login1``) as node names.
+- :func:`time_seconds`: a Slurm time (``30``, ``5:00``, ``1-12:00:00``) in seconds.
 - The rendezvous port rule: ``29500 + job id % 1000`` unless ``launch.rdzv_port`` fixes it,
   moved up to the next port nothing listens on when another job on the first node holds it
   (job ids a multiple of 1000 apart). :func:`rdzv_port` is the rule in Python (the preview),
@@ -46,6 +48,23 @@ def rdzv_port_lines(port: str, host: str, export: bool = False) -> List[str]:
             + (f"\nexport {port}" if export else "")]
 
 
+# Slurm's time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1) --time).
+TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
+
+
+def time_seconds(text: str) -> int:
+    """Seconds of a Slurm time (validated by the caller, :data:`TIME`)."""
+    m = TIME.match(text)
+    assert m is not None
+    days, a, b, c = (int(g) if g else None for g in m.groups())
+    if days is None:
+        parts = [x for x in (a, b, c) if x is not None]
+        h, mi, s = ([0] * (3 - len(parts)) + parts) if len(parts) == 3 else \
+            (0, parts[0], parts[1] if len(parts) == 2 else 0)
+        return h * 3600 + mi * 60 + s
+    return days * 86400 + (a or 0) * 3600 + (b or 0) * 60 + (c or 0)
+
+
 def expand_nodelist(text: str) -> List[str]:
     """Expand a Slurm hostlist like ``jwb[0001-0003,0007],login1`` (zero padding kept)."""
     hosts: List[str] = []
@@ -76,5 +95,5 @@ def _expand_ranges(ranges: str, text: str) -> List[str]:
     return out
 
 
-__all__ = ["PORT_BASE", "PORT_SPAN", "PORT_TRIES", "RDZV_PORT_SH", "expand_nodelist",
-           "rdzv_port", "rdzv_port_lines"]
+__all__ = ["PORT_BASE", "PORT_SPAN", "PORT_TRIES", "RDZV_PORT_SH", "TIME", "expand_nodelist",
+           "rdzv_port", "rdzv_port_lines", "time_seconds"]

@@ -1,34 +1,113 @@
 """Load and validate a YAML job spec into a frozen JobSpec (launcher.model).
 
-Where it sits: **spec** -> runtimes/modes -> jobscript text -> submit. Everything a user can
-get wrong is caught here, before anything is rendered, and reported as one SpecError line:
-``FILE: yaml.path: message, got 'value'``. Nothing here touches the machine.
+Where it sits: **spec** (load) -> the job plan (launcher.plan) -> text -> submit. Everything a
+user can get wrong is caught here, before anything is rendered, and reported as one SpecError
+line: ``FILE: yaml.path: message, got 'value'``. Nothing here touches the machine.
+
+This module reads the spec's own frame (the job's allocation, the launch's mode, processes
+and port, the program) and hands every other key to its owner: the ``site`` and ``env``
+sections to their features, the ``runtime`` section to launcher.runtimes, a mode's launch
+keys to the mode, and a feature's job and launch keys (``job.requeue``, ``launch.preflight``,
+``launch.hang_timeout``) to the feature, in the order of launcher.features.FEATURES. The keys
+each mapping accepts are collected from those owners, so a key is declared where it is read.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
+from launcher import runtimes
+from launcher.runtimes import RUNTIME_KEYS
+from launcher.features import FEATURES, env as env_feature, site as site_feature
 from launcher.model import Job, JobSpec, Launch, Site, SpecError
 from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
-from launcher.spec_env import load_env
-from launcher.spec_hangs import load_hang_timeout
-from launcher.spec_preflight import load_preflight
-from launcher.spec_requeue import load_requeue
-from launcher.spec_runtime import load_runtime
-from launcher.spec_site import check_site_env, load_site
-from launcher.spec_values import expandable
 from launcher.node.image_arch import ARCHES, normalize_arch
-from launcher.yamlread import Reader, load_yaml
+from launcher.yamlread import Key, Reader, expandable, key_names, load_yaml
 
-_TOP = ("job", "site", "env", "runtime", "launch", "program")
-_JOB = ("name", "nodes", "time", "partition", "account", "cpus_per_task", "gpus_per_node",
-        "output", "error", "node_output", "sbatch", "requeue", "arch")
-_LAUNCH_COMMON = ("mode", "procs_per_node", "rdzv_port", "preflight", "hang_timeout")
+# The frame's own keys, declared once (launcher.yamlread.Key: the reference's rows).
+JOB_KEYS = (
+    Key(('job.name',),
+        'string, spec file name',
+        '`#SBATCH --job-name`, quoted the way sbatch parses it; no `/` or `\\` while an output '
+        'pattern uses `%x` (Slurm pastes the name into file names)'),
+    Key(('job.nodes',),
+        'int >= 1, required',
+        '`#SBATCH --nodes`: the only place the node count is written; the script reads '
+        '`$SLURM_JOB_NUM_NODES`'),
+    Key(('job.time',),
+        'Slurm time (`30`, `00:30:00`, `1-12:00:00`)',
+        '`--time`'),
+    Key(('job.partition', 'job.account',),
+        'string',
+        '`--partition`, `--account` (override at submit: `sbatch -p P -A A`)'),
+    Key(('job.cpus_per_task',),
+        'int, unset = whole nodes',
+        '`--cpus-per-task` of the Slurm task: in `torchrun`/`mpirun_torchrun` mode that task is '
+        'the per-node agent, so this is the CPUs for all its workers together (`check` warns when '
+        'it is smaller than `procs_per_node`). Unset: `#SBATCH --exclusive` (whole nodes, what JSC'
+        ' allocates anyway) unless `job.sbatch.exclusive` is given; see [CPU '
+        'placement](../guide/launch-modes.md#cpu-placement)'),
+    Key(('job.gpus_per_node',),
+        'int, 0',
+        '`--gpus-per-node`; default for `launch.procs_per_node`; turns on apptainer `--nv`'),
+    Key(('job.output', 'job.error',),
+        '`%x-%j.out` / unset',
+        'batch log (`#SBATCH --output/--error`). Its directory must exist when the job starts, '
+        'else Slurm fails the job without any log: `check`, `submit` and `render -o` refuse a '
+        'missing one, relative to the current directory (where `sbatch` runs) or to '
+        '`job.sbatch.chdir`; a directory part with `%` patterns is only known at run time and is '
+        'not checked (`check` says so); `submit -- -o/-e/-D ...` leaves it to sbatch. `render` to '
+        'stdout looks at nothing. `$VAR` is refused in these and all other #SBATCH/srun option '
+        'values (Slurm never expands it); `%j`, `%x`, ... work'),
+    Key(('job.node_output',),
+        '`logs/%x-%j.node%n.out`, `null` to disable',
+        'per-node logs of srun-started tasks (`srun --output`); the script creates the directory, '
+        'which may not contain `%` patterns, and prints the names with `%x`/`%j` filled in '
+        '(`per-node logs: logs/ddp-4242.nodeN.out (N = node index 0..1)`). mpirun modes use '
+        '`--tag-output` into the batch log instead'),
+    Key(('job.sbatch',),
+        'mapping option -> value',
+        'extra `#SBATCH` lines: `true` writes a flag, `false` leaves the option out, a string or '
+        'integer is its value, e.g. `{exclusive: true, mem: 0}`; options the composer writes '
+        '(nodes, time, ...) are refused with the key to use'),
+    Key(('job.arch',),
+        '`aarch64` or `x86_64`, unset',
+        "the partition's CPU architecture (JUPITER Booster and JEDI: `aarch64`). Renders nothing; "
+        '`check --image` refuses an image built for another one in one line (and, unset, warns '
+        "when the image's differs from the checking host's)"),
+)
+LAUNCH_KEYS = (
+    Key(('launch.mode',),
+        '`torchrun`',
+        '`torchrun`, `srun`, `horovod`, `mpirun_torchrun`, `accelerate`, `deepspeed`, `ray` '
+        '([launch modes](../guide/launch-modes.md))'),
+    Key(('launch.procs_per_node',),
+        '`gpus_per_node` or 1',
+        'processes (torchrun) or tasks/ranks per node'),
+    Key(('launch.rdzv_port',),
+        'derived',
+        'fixed rendezvous/master port; default `29500 + SLURM_JOB_ID % 1000`, or the next port up '
+        'that nothing on the first node listens on yet ([ports on shared '
+        'nodes](../guide/launch-modes.md#ports-on-shared-nodes))'),
+)
+PROGRAM_KEY = Key(('program',),
+    'list of strings (ints allowed)',
+    'the argv, exactly as it reaches the program')
+_TOP = ("job", *(s for f in FEATURES for s in f.sections), "runtime", "launch", "program")
+# Every key a spec may hold, by section in _TOP's order, in each the frame's first, then the
+# features' (in FEATURES order), the runtimes' and the modes' (in the registry's order; a key
+# that several modes take once): docs/reference/spec.md's tables are these rows (`make
+# spec-reference`).
+KEYS: Tuple[Key, ...] = tuple(sorted(
+    (*JOB_KEYS, *LAUNCH_KEYS, PROGRAM_KEY, *(k for f in FEATURES for k in f.keys),
+     *RUNTIME_KEYS, *dict.fromkeys(k for m in MODES.values() for k in m.keys.values())),
+    key=lambda k: _TOP.index(k.paths[0].split(".")[0])))
+_FEATURE_KEYS = tuple(k for f in FEATURES for k in f.keys)
+_JOB = key_names(JOB_KEYS + _FEATURE_KEYS, "job")
+_LAUNCH_COMMON = key_names(LAUNCH_KEYS + _FEATURE_KEYS, "launch")
 # Every other launch key belongs to the modes that name it in LaunchMode.keys.
 _LAUNCH = _LAUNCH_COMMON + tuple(sorted({k for m in MODES.values() for k in m.keys}))
 # Options the composer writes itself; setting them in job.sbatch would contradict it.
@@ -49,17 +128,17 @@ def parse_spec(text: str, file: str) -> JobSpec:
     r = Reader(file)
     top = r.mapping("", data if data is not None else {}, _TOP, required=("job", "program"))
     job = _load_job(r, top["job"], Path(file).stem)
-    site = load_site(r, top.get("site", "generic"))  # before launch: it has the defaults
+    site = site_feature.load(r, top.get("site", "generic"))  # before launch: its defaults
     launch = _load_launch(r, top.get("launch", {}), job, site)
     program = tuple(expandable(r, f"program[{i}]", arg) for i, arg in
                     enumerate(r.strings("program", top["program"], empty=True)))  # "" is valid
     if not program or not program[0]:
         raise r.fail("program", "must name a command, e.g. [python3, train.py]",
                      list(program))
-    env = load_env(r, top.get("env", {}))
-    site = check_site_env(r, site, env)
+    env = env_feature.load(r, top.get("env", {}))
+    site = site_feature.check_site_env(r, site, env)  # a name both set: settled there
     spec = JobSpec(source=file, job=job, site=site, env=env,
-                   runtime=load_runtime(r, top.get("runtime", {"kind": "bare"})),
+                   runtime=runtimes.load(r, top.get("runtime", {"kind": "bare"})),
                    launch=launch, program=program)
     mode_for(launch.mode).check(spec)  # what the mode cannot run (with this runtime, ...)
     return spec
@@ -100,7 +179,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         hint = f" (did you mean {near!r}? the kernel's name, as uname -m prints it)" if near else ""
         raise r.fail("job.arch", "the partition's CPU architecture: aarch64 (JUPITER Booster, "
                      f"GH200) or x86_64{hint}", arch)
-    return Job(
+    job = Job(
         name=name,
         nodes=r.integer("job.nodes", m["nodes"], 1, 100000),
         time=time, partition=s("partition"), account=s("account"),
@@ -110,9 +189,11 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
         error=s("error"),
         node_output=None if node_output is None else _node_output(r, node_output),
         sbatch=sbatch, sbatch_off=sbatch_off,
-        requeue=load_requeue(r, m.get("requeue"), time, sbatch),
         arch=arch,
     )
+    for feature in FEATURES:  # job.requeue
+        job = feature.load_job(r, m, job)
+    return job
 
 
 def _no_dollar(r: Reader, path: str, value: Any) -> None:
@@ -164,7 +245,7 @@ def _load_launch(r: Reader, value: Any, job: Job, site: Site) -> Launch:
     for key in m:
         if key not in _LAUNCH_COMMON and key not in mode.keys:
             owners = [o.name for o in MODES.values() if key in o.keys]
-            why = MODES[owners[0]].keys[key].format(modes=modes_phrase(owners))
+            why = MODES[owners[0]].keys[key].why.format(modes=modes_phrase(owners))
             raise r.fail(f"launch.{key}", f"means nothing in mode {name!r}: {why}", m[key])
     port = m.get("rdzv_port")
     launch = Launch(
@@ -173,10 +254,11 @@ def _load_launch(r: Reader, value: Any, job: Job, site: Site) -> Launch:
                                  m.get("procs_per_node", job.gpus_per_node or 1), 1, 1024),
         command=_command(r, m["command"]) if "command" in m else mode.default_command,
         rdzv_port=None if port is None else r.integer("launch.rdzv_port", port, 1, 65535),
-        preflight=load_preflight(r, m.get("preflight")),
         options=mode.options(r, m, site),
     )
-    return replace(launch, hang_timeout=load_hang_timeout(r, m.get("hang_timeout"), job, launch))
+    for feature in FEATURES:  # launch.preflight, launch.hang_timeout
+        launch = feature.load_launch(r, m, job, launch, mode)
+    return launch
 
 
 def _command(r: Reader, value: Any) -> Tuple[str, ...]:

@@ -1,21 +1,23 @@
 """submitit from Python with a job spec: ``executor_for(spec_path, folder)``.
 
-Where it sits: **spec** (launcher.spec, the one parser) -> this module -> a submitit
-SlurmExecutor. The submitted function runs as ``job.nodes`` x ``launch.procs_per_node``
+Where it sits: spec (launcher.spec, the one parser) -> the job plan (purpose ``submitit``)
+-> **this module** -> a submitit SlurmExecutor. The submitted function runs as ``job.nodes`` x ``launch.procs_per_node``
 Slurm tasks, inside the spec's container, with what ``init_process_group("env://")`` needs:
 RANK, LOCAL_RANK, WORLD_SIZE, NODE_RANK from Slurm's per-task variables, MASTER_ADDR = the
-first node's inter-node name (its hostname + the site's suffix, launcher.internode; submitit's own
+first node's inter-node name (its hostname + the site's suffix, features.site; submitit's own
 TorchDistributedEnvironment takes the plain hostname, which JSC-like networks do not route),
 MASTER_PORT, and GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME by the one rule of launcher/node/net. Those
-are set by the jobscript's own preamble (launcher.jobscript.rendezvous_lines) and the srun
-mode's task script (launcher/node/task.sh srun), in each task, before Python starts:
+are set by the job plan's own paragraphs (launcher.plan, purpose ``submitit``: the kit, site,
+env, geometry and runtime paragraphs of every jobscript) and the srun mode's task script
+(launcher/node/task.sh srun), in each task, before Python starts:
 submitit's ``python`` command becomes
 ``bash "$kit/node/task.sh" srun [apptainer exec ... IMAGE] python3``.
 Containers: Apptainer (the folder bound at its own path) and Enroot (the runtime's per-node
 set-up step, the jobscript's, as an srun before submitit's; submitit's variables forwarded
 by name); a runtime with a ``submitit_problem`` (pyxis) is refused.
 
-``submitit_plan`` is pure (parameters and shell text); ``executor_for`` only adds the
+``submitit_plan`` is pure (it walks the job plan: its #SBATCH options become submitit's
+parameters, its paragraphs and set-up step submitit's set-up lines); ``executor_for`` only adds the
 import of submitit and the executor object. Do not call submitit's
 TorchDistributedEnvironment().export() in the function: the variables are set already
 (it refuses to run when MASTER_ADDR is set).
@@ -33,21 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from launcher.jobscript import MASTER_ENV, env_lines, node_count_lines, rendezvous_lines, \
-    setup_lines, site_lines
+from launcher import kit
 from launcher.model import Bind, JobSpec, SpecError
 from launcher.modes.common import gpu_layout
-from launcher.placement import cpu_lines, exclusive_default
+from launcher.plan import build_plan, setup_lines
 from launcher.runtimes import RUNTIMES, runtime_for
-from launcher import kit
 from launcher.shell import Raw, Statement, join, render_statement
+from launcher.slurm import time_seconds
 from launcher.spec import load_spec
 
-# submitit writes its own srun line and quotes its srun_args, so a count known only at run
-# time cannot go on it: srun's input variables carry it, SLURM_CPUS_PER_TASK (Slurm >= 23.11,
-# and before 22.05) and SRUN_CPUS_PER_TASK (22.05, 23.02). No mpirun runs here, which would
-# read SLURM_CPUS_PER_TASK as well (Open MPI divides its slots by it).
-SUBMITIT_CPU_NAMES = ("SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK")
+# The plan's #SBATCH options that become submitit's parameters, by name (typed as submitit
+# takes them); job.sbatch's go to additional_parameters, the logs are submitit's own.
+_PARAMETERS = {"job-name": ("job_name", str), "nodes": ("nodes", int),
+               "ntasks-per-node": ("ntasks_per_node", int), "partition": ("partition", str),
+               "account": ("account", str), "cpus-per-task": ("cpus_per_task", int),
+               "gpus-per-node": ("gpus_per_node", int), "exclusive": ("exclusive", bool)}
+_SUBMITIT_LOGS = ("output", "error")  # submitit names its own log files
 # submitit's own variables (SUBMITIT_EXECUTOR, ...) must reach Python inside Enroot, which
 # forwards variables by name only.
 _SUBMITIT_NAMES = ("SUBMITIT_*",)
@@ -65,16 +68,7 @@ class SubmititPlan:
 def minutes(time: str) -> int:
     """A Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; validated by launcher.spec) in
     whole minutes, rounded up: submitit takes its time limit in minutes."""
-    days, _, rest = time.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:  # D-H[:M[:S]]
-        hours, mins, secs = (parts + [0, 0])[:3]
-        seconds = ((int(days) * 24 + hours) * 60 + mins) * 60 + secs
-    elif len(parts) == 3:  # H:M:S
-        seconds = (parts[0] * 60 + parts[1]) * 60 + parts[2]
-    else:  # M or M:S
-        seconds = parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
-    return max(1, math.ceil(seconds / 60))
+    return max(1, math.ceil(time_seconds(time) / 60))
 
 
 def _bind_root(folder: str) -> str:
@@ -116,43 +110,37 @@ def submitit_plan(spec: JobSpec, folder: str, python: Optional[str] = None,
         env = dataclasses.replace(spec.env, passthrough=spec.env.passthrough + _SUBMITIT_NAMES)
         spec = dataclasses.replace(
             spec, env=env, runtime=dataclasses.replace(spec.runtime, binds=binds))
-    runtime = runtime_for(spec)
+    plan = build_plan(spec, "submitit", kit_dir)
     interpreter = None if kind == "bare" and not spec.site.venv else ["python3"]
     if python is not None and interpreter:
         where = f"site.venv {spec.site.venv}" if kind == "bare" else f"the {kind} image"
         raise ValueError(f"python= is for the bare runtime without site.venv; this spec runs "
                          f"python3 from {where}")
-    inner = join(runtime.wrap(interpreter), width=10**9) if interpreter else \
+    inner = join(plan.runtime.wrap(interpreter), width=10**9) if interpreter else \
         (python or shlex.quote(sys.executable))
     command = f"{join(kit.task_script('srun'), width=10**9)} {inner}"
 
-    setup_step = setup_lines(runtime)
-    statements: List[Statement] = [
-        *kit.lines(kit_dir or str(kit.installed())), *site_lines(spec), *env_lines(spec, runtime),
-        *cpu_lines(spec, spec.launch.procs_per_node, export_names=SUBMITIT_CPU_NAMES),
-        *node_count_lines(), *rendezvous_lines(spec), MASTER_ENV, *runtime.batch_lines(),
-        # submitit's set-up lines run without set -e: a failed set-up ends the job here.
-        *([Raw(setup_step[0]), Raw(setup_step[1] + " || exit 1")] if setup_step else []),
-    ]
+    statements: List[Statement] = [s for p in plan.paragraphs for s in p.lines]
+    step = setup_lines(plan)
+    # submitit's set-up lines run without set -e: a failed set-up ends the job here.
+    statements += [Raw(step[0]), Raw(step[1] + " || exit 1")] if step else []
     setup = tuple(render_statement(s) for s in statements)
 
-    params: Dict[str, Any] = {
-        "job_name": job.name, "nodes": job.nodes,
-        "ntasks_per_node": spec.launch.procs_per_node, "setup": list(setup),
-    }
-    if job.time is not None:
-        params["time"] = minutes(job.time)
-    for key in ("partition", "account", "cpus_per_task"):
-        if getattr(job, key) is not None:
-            params[key] = getattr(job, key)
-    if job.gpus_per_node:
-        params["gpus_per_node"] = job.gpus_per_node
+    params: Dict[str, Any] = {"setup": list(setup)}
+    extra: Dict[str, Any] = {}
+    for o in plan.sbatch:
+        if o.owner == "job.sbatch":
+            extra[o.option] = True if o.value is None else o.value
+        elif o.option in _PARAMETERS:
+            name, kind_of = _PARAMETERS[o.option]
+            params[name] = True if kind_of is bool else kind_of(o.value)
+        elif o.option == "time":
+            params["time"] = minutes(str(o.value))
+        elif o.option not in _SUBMITIT_LOGS:
+            raise AssertionError(f"submitit: no parameter for #SBATCH --{o.option}")
     layout = gpu_layout(spec, spec.launch.procs_per_node)  # srun mode's socket-by-socket
     if layout:
         params["srun_args"] = layout
-    extra = {k: (True if v is None else v) for k, v in job.sbatch}
-    if exclusive_default(spec) is not None:
-        params["exclusive"] = True
     if extra:
         params["additional_parameters"] = extra
     return SubmititPlan(python=command, parameters=params, setup=setup)

@@ -1,5 +1,6 @@
-"""Reading YAML for the spec loader: no duplicate keys, and typed accessors that raise
-SpecError with the YAML path of the offending value.
+"""Reading YAML for the spec loader: no duplicate keys, typed accessors that raise SpecError
+with the YAML path of the offending value, and the two kinds of spec value (expanded on the
+node, or written literally).
 
 Plain scalars are read the YAML 1.2 way where YAML 1.1 surprises: ``24:00:00`` is the text
 24:00:00, not the base-60 integer 86400 (PyYAML's safe loader follows 1.1), and a date stays
@@ -11,11 +12,41 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, cast
 
 import yaml
 
 from launcher.model import MISSING, SpecError
+from launcher.shell import anchored, expansion_names
+
+
+@dataclass(frozen=True)
+class Key:
+    """One spec key (or a few read alike), declared once, beside the code that reads it: the
+    loader's mappings accept the names declared under them (:func:`key_names`) and the spec
+    reference's tables (docs/reference/spec.md) are these rows (`make spec-reference`).
+    ``why``: a mode's key, what it is, for the error another mode gives ("{modes}" becomes
+    the modes that take it)."""
+
+    paths: Tuple[str, ...]  # dotted, as errors write them: ("job.requeue.before",)
+    form: str  # type and default, as the reference shows them (Markdown)
+    meaning: str  # what it does (Markdown)
+    why: str = ""
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        """The last component of each path (what the YAML mapping holds)."""
+        return tuple(p.rsplit(".", 1)[-1] for p in self.paths)
+
+
+def key_names(keys: Sequence[Key], under: str) -> Tuple[str, ...]:
+    """The names of the keys declared directly under mapping ``under`` ("" for the top, e.g.
+    "job.requeue", "runtime.binds[]"), in the order declared."""
+    prefix = f"{under}." if under else ""
+    out = [p[len(prefix):] for k in keys for p in k.paths
+           if p.startswith(prefix) and "." not in p[len(prefix):]]
+    return tuple(dict.fromkeys(out))
 
 
 class Reader:
@@ -160,3 +191,48 @@ def load_yaml(text: str, file: str) -> Any:
         raise SpecError(file, "", f"{where}malformed YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
         raise SpecError(file, "", f"malformed YAML: {exc}") from None
+
+
+# Spec values that may use the job's environment, and those that may not. Paths and program
+# arguments (program, launch.command, runtime.image, runtime.binds, runtime.cache_dir,
+# site.venv, site.venv_build.pip_options and .horovod.nccl_home) may write ``$NAME``,
+# ``${NAME}`` or a leading ``~/``: they are expanded on the node when the script runs, where
+# the job's environment is ($SCRATCH, $PROJECT, $HOME); ``$$`` is a literal '$' and every
+# other character reaches the program unchanged. docs/guide/spec-values.md lists every key.
+# ${ not followed by NAME}: a shell operator such as ${X:-default} that is not expanded here.
+_BAD_BRACE = re.compile(r"(?<!\$)(?:\$\$)*\$\{(?![A-Za-z_][A-Za-z0-9_]*\})")
+# Variables whose value differs between the tasks or nodes of a job. The spec's $VARs are
+# expanded once, by the batch script on the first node, so every rank would get the first
+# task's value (srun mode: --rank $SLURM_PROCID would be 0 everywhere): refused.
+_PER_TASK = re.compile(r"(SLURM_(PROCID|LOCALID|NODEID|STEP_\w+|TASK_PID|GTIDS|CPU_BIND\w*"
+                       r"|TOPOLOGY_ADDR\w*|LAUNCH_NODE_IPADDR)|SLURMD_NODENAME|RANK|LOCAL_RANK"
+                       r"|GROUP_RANK|ROLE_RANK|LOCAL_WORLD_SIZE|WORLD_SIZE|CUDA_VISIBLE_DEVICES"
+                       r"|OMPI_COMM_WORLD_\w+|PMI_\w+|PMIX_\w+|HOSTNAME)\Z")
+
+
+def expandable(r: Reader, path: str, text: str) -> str:
+    """A value expanded at run time: refuse the shell forms it does not expand, and the
+    variables that differ from task to task."""
+    if _BAD_BRACE.search(text):
+        raise r.fail(path, "only $NAME and ${NAME} are expanded (at run time, on the node); "
+                     "${NAME:-...} and other operators are not: write the value, or '$$' "
+                     "for a literal '$'", text)
+    for name in expansion_names(text):
+        if _PER_TASK.match(name):
+            raise r.fail(path, f"${name} differs between tasks and nodes, but the spec's "
+                         "$VARs are expanded once, in the batch script on the first node: read "
+                         f"{name} in your program (os.environ), or write '$${name}' for a "
+                         "literal '$'", text)
+    return text
+
+
+def literal(r: Reader, path: str, value: Any) -> None:
+    """A value written into the script literally: refuse '$' and a leading '~'."""
+    if isinstance(value, str) and ("$" in value or value.startswith("~/")):
+        raise r.fail(path, "is used literally: '$VAR' and '~' are not expanded here; write "
+                     "the value itself (docs/guide/spec-values.md lists the keys that expand them)",
+                     value)
+
+
+__all__ = ["DuplicateKeyLoader", "Key", "Reader", "anchored", "expandable", "key_names", "literal",
+           "load_yaml"]

@@ -46,7 +46,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher import hangs_script  # noqa: E402
+from launcher import __version__  # noqa: E402
+from launcher.features import hangs as hangs_feature  # noqa: E402
 from launcher.node.doctor import local  # noqa: E402
 from tests.helpers import jscnet  # noqa: E402
 
@@ -260,6 +261,20 @@ def bandwidth(net: jscnet.JscNet, out: Path, gpus: int) -> None:
               for r in rows))
 
 
+def flight_recorder_env(out: Path, job: str, hangs: Path) -> Dict[str, str]:
+    """The flight recorder's variables as a jobscript exports them, from their one rule
+    (launcher/node/job.sh jsc_hangs_setup, run here by bash in ``out``), pointing at ``hangs``."""
+    names = hangs_feature.flight_recorder_names()
+    script = (f'kit={ROOT / "launcher"}\nsource "$kit/node/job.sh" {__version__}\n'
+              'jsc_hangs_setup RANK\nfor n in "$@"; do printf "%s=%s\\n" "$n" "${!n}"; done')
+    done = subprocess.run(["bash", "-euc", script, "fr", *names], capture_output=True,
+                          text=True, timeout=30, check=True, cwd=out,
+                          env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": job})
+    shutil.rmtree(out / ".hangs", ignore_errors=True)
+    pairs = (line.split("=", 1) for line in done.stdout.splitlines())
+    return {n: v.replace(f"{out}/.hangs/{job}", str(hangs)) for n, v in pairs}
+
+
 def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
     job = "903"
     hangs = out / "hangs"
@@ -268,11 +283,10 @@ def hang(net: jscnet.JscNet, out: Path, gpus: int) -> None:
         (hangs / sub).mkdir(parents=True)
     (hangs / "progress" / "period").write_text("1\n")
     hook = ROOT / "launcher" / "task" / "hook"  # the kit's stack hook, as hook.sh puts it
-    extra = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hook}:{ROOT}",
+    extra = {hangs_feature.DIR_ENV: str(hangs), "PYTHONPATH": f"{hook}:{ROOT}",
              "READY_DIR": str(hangs / "ready"), "HANG_RANK": "1",
              "HANG_BACKEND": "nccl" if gpus else "gloo", "HANG_PG_TIMEOUT_S": "45"}
-    for name, value in hangs_script.FLIGHT_RECORDER:
-        extra[name] = value.replace("$hangs_dir", str(hangs))
+    extra.update(flight_recorder_env(out, job, hangs))
     program = str(ROOT / "tests" / "helpers" / "programs" / "hang_ranks.py")
     t0 = time.time()
     procs = start(net, torchrun_jsc([program], free_port()), launch_env(gpus, job, extra),
@@ -338,7 +352,7 @@ def hook_cost(net: jscnet.JscNet, out: Path, gpus: int) -> None:
         (hangs / sub).mkdir(parents=True, exist_ok=True)
     (hangs / "progress" / "period").write_text("1\n")
     hook = ROOT / "launcher" / "task" / "hook"  # the kit's stack hook, as hook.sh puts it
-    hooked = {hangs_script.DIR_ENV: str(hangs), "PYTHONPATH": f"{hook}:{ROOT}"}
+    hooked = {hangs_feature.DIR_ENV: str(hangs), "PYTHONPATH": f"{hook}:{ROOT}"}
     runs: Dict[str, List[float]] = {"without": [], "hook": []}
     for r in range(REPEATS):
         for name, extra in (("without", {}), ("hook", hooked)):

@@ -3,13 +3,13 @@
 Adding a mode: write launcher/modes/NAME.py with a ``LaunchMode`` subclass (launcher/modes/
 base.py says what to implement), add an instance to ``_ALL`` below, and add its tests and a
 checked-in job (docs/development/index.md: "Adding a launch mode or a container runtime").
-Nothing else names modes: the spec loader, the jobscript, the preview and CPU placement ask
-the mode object.
+Nothing else names modes: the spec loader, the job plan, the preview and the features ask the
+mode object.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from launcher.model import JobSpec
 from launcher.modes.accelerate import Accelerate
@@ -32,10 +32,12 @@ def mode_for(name: str) -> LaunchMode:
     return MODES[name]
 
 
-def plan_launch(spec: JobSpec, hook: bool = False) -> Tuple[ContainerRuntime, Plan]:
-    """The runtime object and launch plan for a validated spec. ``hook``: every task starts
-    through the stack hook's prelude (the jobscript; the preview leaves it out)."""
-    runtime = runtime_for(spec, hook=hook)
+def plan_launch(spec: JobSpec, runtime: Optional[ContainerRuntime] = None
+                ) -> Tuple[ContainerRuntime, Plan]:
+    """The runtime object and the mode's launch plan for a validated spec; ``runtime``: the
+    one the job plan made (launcher.plan.build_plan: with the prelude and the names the
+    features hand it), by default a plain one (what the preview shows)."""
+    runtime = runtime or runtime_for(spec)
     return runtime, mode_for(spec.launch.mode).plan(spec, runtime)
 
 

@@ -24,11 +24,11 @@ from typing import Any, List, Mapping
 from launcher.model import JobSpec, Site, SpecError
 from launcher.modes.base import LaunchMode, Plan, Step
 from launcher.modes.common import command_argv
-from launcher.modes.common import NNODES, PER_NODE_KEYS, RDZV_HOST, \
+from launcher.modes.common import NNODES, PER_NODE_KEYS, by_name, RDZV_HOST, \
     RDZV_PORT, no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Raw, Values, Var, resolve, word
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 NPROCS = Var("nprocs")
 SCRIPT = "task/accelerate-node.sh"  # in the container (or bare) on each node: launcher/task/
@@ -41,8 +41,15 @@ class AccelerateOptions:
 
 class Accelerate(LaunchMode):
     name = "accelerate"
-    keys = {**PER_NODE_KEYS,
-            "config_file": "it is accelerate's --config_file (mode accelerate)"}
+    keys = by_name(
+        *PER_NODE_KEYS.values(),
+        Key(('launch.config_file',),
+            'generated per job',
+            'your accelerate config file (`--config_file`, path as the node sees it) '
+            'instead of the generated minimal one; `$HF_HOME/accelerate/default_config.yaml` '
+            'is never read',
+            why="it is accelerate's --config_file (mode accelerate)"),
+    )
     default_command = ("accelerate", "launch")
     one_agent = True
 

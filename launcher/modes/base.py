@@ -1,18 +1,21 @@
-"""What a launch mode is: the plan it renders and the class to subclass.
+"""What a launch mode is: the launch plan it makes and the class to subclass.
 
-Where it sits: spec -> runtimes + **modes** -> jobscript text. A mode is one module in
-launcher/modes/ with one ``LaunchMode`` subclass, registered in launcher/modes/__init__.py.
-It owns everything about itself: the launch keys it takes (and what they mean, for the
-error when another mode is given them), its typed options, its checks (run when the spec is
-loaded), its plan, the jobscript's launch comment, the preview, and the world size the demo
-checker expects. It never names a runtime: it asks the runtime object (launcher/runtimes/).
+Where it sits: spec -> **modes** (asking the runtime object) -> the job plan (launcher.plan)
+-> text. A mode is one module in launcher/modes/ with one ``LaunchMode`` subclass,
+registered in launcher/modes/__init__.py. It owns everything about itself: the launch keys
+it takes (each declared once, with what it is for the error when another mode is given it),
+its typed options, its checks (run when the spec is loaded), its launch plan, the
+jobscript's launch comment, the preview's node lines, and the world size its ranks report
+(the lab's checks compare it). It never names a runtime nor a feature: it asks the runtime
+object (launcher/runtimes/), which the job plan made with the features' prelude and names.
 
-A plan is data, built by keyword: the launch step (``starter + task``: srun or mpirun, and
-what each task runs; its exit status is the job's), the batch-scope values it needs, and the
-task scripts. Per-task values (SLURM_PROCID, SLURM_NODEID, ...) are never expanded at batch
-scope: only inside a task script (``scripts``) that each task runs with ``bash -c``. The
-runtime's per-node set-up step and the preflight are not the mode's: the jobscript asks the
-runtime (``ContainerRuntime.setup_step``) and the spec (``launch.preflight``).
+A launch plan (``Plan``) is data, built by keyword: the launch step (``starter + task``: srun
+or mpirun, and what each task runs; its exit status is the job's), the batch-scope values it
+needs, and the kind of task script each task runs first. Per-task values (SLURM_PROCID,
+SLURM_NODEID, ...) are never expanded at batch scope: only inside the task script
+(``bash "$kit/node/task.sh" KIND``, launcher/node/task.sh) that each task runs. The runtime's
+per-node set-up step and the preflight are not the mode's: the job plan asks the runtime
+(``ContainerRuntime.setup_step``) and the features (features.preflight).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, ClassVar, List, Mapping, Sequence, Tuple
 from launcher.model import JobSpec, Site
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Statement, Token, Values, resolve
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 TASK_SCRIPT_WORDS = 3  # bash "$kit/node/task.sh" KIND, before the argv it runs
 
@@ -94,10 +97,11 @@ class LaunchMode:
     """Subclass per mode; the defaults fit a mode that starts its tasks with one srun."""
 
     name: ClassVar[str] = ""
-    # Launch keys beyond mode/procs_per_node/rdzv_port that this mode takes, each with what
-    # it is ("{modes}" becomes "modes a and b": those that take it), for the error that
-    # another mode reports when it is given the key.
-    keys: ClassVar[Mapping[str, str]] = {}
+    # Launch keys beyond mode/procs_per_node/rdzv_port that this mode takes, by name, each
+    # declared once (launcher.yamlread.Key: its reference row, and ``why``, what it is, for
+    # the error another mode reports when it is given the key; "{modes}" becomes "modes a and
+    # b", those that take it). modes.common.by_name builds the mapping.
+    keys: ClassVar[Mapping[str, Key]] = {}
     default_command: ClassVar[Tuple[str, ...]] = ()  # launch.command when the spec has none
     one_agent: ClassVar[bool] = False  # one launcher per node starts procs_per_node workers
     # Why the stack hook sees no progress in this mode's ranks ("" where it does: ranks

@@ -1,8 +1,9 @@
 """What several launch modes share: batch-scope variables, task scripts, srun/mpirun argv.
 
-Where it sits: spec -> runtimes + **modes** (each mode module builds on these) -> jobscript.
-Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through a constant
-``bash -c`` script whose arguments are the real argv, never at batch scope.
+Where it sits: spec -> **modes** (each mode module builds on these) -> the job plan -> text.
+Per-task values (SLURM_PROCID, ...) are only ever read inside the task, through the kit's task
+script (``bash "$kit/node/task.sh" KIND ARGV...``) whose arguments are the real argv, never
+at batch scope.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from launcher import kit
-from launcher.model import JobSpec, SpecError
+from launcher.model import FastInterface, JobSpec, Site, SpecError, SuffixRule
 from launcher.runtimes import RUNTIMES
 from launcher.runtimes.base import CPUS_PER_NODE, NNODES, ContainerRuntime, gpus_requested
 from launcher.shell import Raw, Statement, Token, Var, expansion, expansion_parts, word
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 NTASKS = Var("ntasks")
+SUFFIX = Var("host_suffix")  # batch scope: the suffix the site's rule picked (features.site)
 RDZV_HOST = Var("rdzv_host")
 RDZV_PORT = Var("rdzv_port")
 JOB_ID = Var("SLURM_JOB_ID")
-# Set by launcher.placement.cpu_lines at batch scope; every srun the kit writes asks for its
+# Set by launcher.features.placement at batch scope; every srun the kit writes asks for its
 # CPUs on its command line with one of them (Slurm >= 23.11 reads no SRUN_CPUS_PER_TASK):
 # CPUS_PER_NODE (launcher.runtimes.base) for one task per node, and
 CPUS_PER_TASK = Var("cpus_per_task")  # the launch's srun: the node's CPUs per task it starts
@@ -39,6 +41,21 @@ TASK_KINDS = ("srun", "mpi", "ifname")
 IFNAME_NAMES = ("MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 PER_TASK_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK") + IFNAME_NAMES
 MPI_TASK_NAMES = IFNAME_NAMES + ("OMPI_MCA_btl_tcp_if_include", "HOROVOD_GLOO_IFACE")
+
+
+def suffix_token(site: Site) -> Token:
+    """What follows the node name in an inter-node name (deepspeed's hostfile, Ray's
+    --suffix): the fixed suffix, $host_suffix (set at batch scope by the site's rule,
+    launcher.features.site), or none (FastInterface: the nodes keep their names)."""
+    rule = site.hostname_suffix
+    if isinstance(rule, FastInterface):
+        return ""
+    return SUFFIX if isinstance(rule, SuffixRule) else rule
+
+
+def by_name(*keys: Key) -> Mapping[str, Key]:
+    """A mode's ``keys`` (LaunchMode.keys): its launch keys by name."""
+    return {name: key for key in keys for name in key.names}
 
 
 def program_argv(spec: JobSpec) -> List[Token]:
@@ -217,14 +234,27 @@ def check_mpirun(spec: JobSpec) -> None:
     if problem:
         raise SpecError(spec.source, "runtime.kind", problem, spec.runtime.kind)
 
-PER_NODE_KEYS = {
-    "command": "it is the per-node launcher of {modes}; put the program in program",
-}
-TORCHRUN_KEYS = {
-    **PER_NODE_KEYS,
-    "max_restarts": "it is torchrun's --max_restarts ({modes})",
-    "numa_binding": "it is torchrun's --numa-binding ({modes})",
-}
+COMMAND = Key(('launch.command',),
+    '`torchrun_jsc` (`[accelerate, launch]`, `deepspeed`, `jsc-ray-node`)',
+    'the per-node launcher (ray: the node agent), one word (`torchrun` for comparisons) or a list of words (argv, '
+    'e.g. `[torchrun, --log-dir=logs]`); a string with spaces is refused (it would run as one '
+    'quoted word)',
+    why='it is the per-node launcher of {modes}; put the program in program')
+PER_NODE_KEYS = by_name(COMMAND)
+TORCHRUN_KEYS = by_name(
+    COMMAND,
+    Key(('launch.max_restarts',),
+        '0',
+        'torchrun `--max_restarts`',
+        why="it is torchrun's --max_restarts ({modes})"),
+    Key(('launch.numa_binding',),
+        'unset (off)',
+        "torchrun's `--numa-binding`, one of `node`, `socket`, "
+        '`exclusive`, `core-complex`: each worker bound to the CPUs near the GPU of its local rank'
+        ' ([GPU-NUMA binding](../guide/launch-modes.md#gpu-numa-binding)); needs torch >= 2.9 and '
+        '`numactl` in the image, else torchrun_jsc stops in one line',
+        why="it is torchrun's --numa-binding ({modes})"),
+)
 
 
 def processes(n: int) -> str:

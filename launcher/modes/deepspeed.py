@@ -21,15 +21,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, List, Mapping
 
-from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import command_argv
-from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, \
+from launcher.modes.common import command_argv, suffix_token
+from launcher.modes.common import PER_NODE_KEYS, by_name, RDZV_HOST, RDZV_PORT, \
     no_requeue, node_argv, processes, srun_argv
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Assign, Raw, Values, Var, resolve, word
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 HOSTS = Var("ds_hosts")
 SCRIPT = "task/deepspeed-node.sh"  # in the container (or bare) on each node: launcher/task/
@@ -49,9 +48,14 @@ class DeepspeedOptions:
 
 class Deepspeed(LaunchMode):
     name = "deepspeed"
-    keys = {**PER_NODE_KEYS,
-            "local_rank_arg": "it makes deepspeed append --local_rank=N to the program's "
-                              "arguments ({modes})"}
+    keys = by_name(
+        *PER_NODE_KEYS.values(),
+        Key(('launch.local_rank_arg',),
+            'false',
+            "let deepspeed append `--local_rank=N` to the program's arguments (for "
+            'programs that parse it; `LOCAL_RANK` is in the environment either way)',
+            why="it makes deepspeed append --local_rank=N to the program's arguments ({modes})"),
+    )
     default_command = ("deepspeed",)
     one_agent = True
 

@@ -8,10 +8,10 @@ from typing import Any, Mapping
 
 from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import MPI_TASK_NAMES, NTASKS, check_mpirun, gpu_layout, \
+from launcher.modes.common import MPI_TASK_NAMES, by_name, NTASKS, check_mpirun, gpu_layout, \
     mpirun_argv, scripted_task, srun_argv
 from launcher.runtimes import ContainerRuntime
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 _PLUGIN = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -24,10 +24,17 @@ class HorovodOptions:
 
 class Horovod(LaunchMode):
     name = "horovod"
-    keys = {
-        "mpi": "it chooses how horovod's MPI ranks start",
-        "mpi_plugin": "it is srun's --mpi=PLUGIN for horovod's MPI ranks",
-    }
+    keys = by_name(
+        Key(('launch.mpi',),
+            '`srun`',
+            'start the ranks with `srun --mpi=PLUGIN` or `mpirun`',
+            why="it chooses how horovod's MPI ranks start"),
+        Key(('launch.mpi_plugin',),
+            '`pmix`; `pspmix` under site `jsc`',
+            "with `mpi: srun`: srun's `--mpi` plugin (`pmix`, `pmix_v4`, `pmi2`, `none`, "
+            '...: lower-case letters, digits, `_`)',
+            why="it is srun's --mpi=PLUGIN for horovod's MPI ranks"),
+    )
     no_progress_hook = "horovod's collectives are not torch.distributed's"
     # MPI starts the program itself, one process per rank (mpirun, or srun with PMIx/PMI)
     rank_vars = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")

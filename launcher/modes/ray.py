@@ -15,16 +15,15 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional
 
-from launcher.internode import suffix_token
 from launcher.model import JobSpec, Site
 from launcher.modes.base import LaunchMode, Plan, Step
-from launcher.modes.common import command_argv, program_argv
-from launcher.modes.common import PER_NODE_KEYS, RDZV_HOST, RDZV_PORT, no_requeue, \
+from launcher.modes.common import command_argv, program_argv, suffix_token
+from launcher.modes.common import PER_NODE_KEYS, by_name, RDZV_HOST, RDZV_PORT, no_requeue, \
     srun_argv
 from launcher.task.ray import DEFAULT_JOIN_TIMEOUT_S, MIN_OBJECT_STORE_BYTES
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Token, Values, literal_or_word, resolve, word
-from launcher.yamlread import Reader
+from launcher.yamlread import Key, Reader
 
 # The kit's Ray agent (launcher/task/ray.py), run from the kit by the image's python3
 # (modes.common.KIT_PROGRAMS: python3 "$kit/task/run.py" ray-node).
@@ -39,11 +38,18 @@ class RayOptions:
 
 class Ray(LaunchMode):
     name = "ray"
-    keys = {
-        **PER_NODE_KEYS,
-        "object_store_memory": "it is Ray's --object-store-memory per node ({modes})",
-        "join_timeout": "it is how long the Ray head waits for every node to join ({modes})",
-    }
+    keys = by_name(
+        *PER_NODE_KEYS.values(),
+        Key(('launch.object_store_memory',),
+            "Ray's (30% of the node's memory)",
+            "`--object-store-memory` per node in bytes (at least 78643200, Ray's minimum)",
+            why="it is Ray's --object-store-memory per node ({modes})"),
+        Key(('launch.join_timeout',),
+            '120',
+            'seconds the head waits for every node to join before the job fails naming the '
+            'missing nodes',
+            why='it is how long the Ray head waits for every node to join ({modes})'),
+    )
     default_command = AGENT
     one_agent = True
     no_progress_hook = "Ray's workers are not ranks the kit's hook can watch"

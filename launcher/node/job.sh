@@ -74,7 +74,7 @@ jsc_first_node() {
     if [ -z "$first_node" ]; then echo "no first node in SLURM_JOB_NODELIST" >&2; return 1; fi
 }
 
-# host_suffix: the first of SUFFIX... whose NODE+SUFFIX resolves here (launcher/internode.py:
+# host_suffix: the first of SUFFIX... whose NODE+SUFFIX resolves here (launcher/features/site.py:
 # a site profile's rule). Outside the job's nodes (no SLURMD_NODENAME: an salloc shell on a
 # login node) the first one, with one line; on a node where none resolves, one line and 1.
 jsc_pick_host_suffix() {  # NODE SUFFIX...
@@ -156,7 +156,7 @@ jsc_enroot_name() {  # NAME IMAGE
     enroot_name="$1-$enroot_stamp"
 }
 
-# The doctor's step (launcher/doctor/ship.py): STEP... runs its checks on every node, one srun
+# The doctor's step (features/preflight.py): STEP... runs its checks on every node, one srun
 # task each; their reports go to `doctor OUTPUT` here with doctor_conf, the rendezvous and the
 # node list: table (launch.preflight: printed, a cross fails) or json (for `jsc-compose
 # doctor`). doctor_t0: the table reports the step's duration.
@@ -225,7 +225,7 @@ jsc_hangs_setup() {  # RANK_VAR...
 }
 
 # collector: the collector's argv, one for the trap and the watcher (`jsc-compose stacks` runs
-# its twin, launcher/hangs_script.py stacks_srun): one task per node beside the running steps
+# its twin, launcher/features/hangs.py stacks_srun): one task per node beside the running steps
 # (--overlap), outside any container: each signals its node's ranks, waits up to 10 s for
 # their dumps and prints them as JSON lines.
 jsc_collector() {
@@ -296,7 +296,7 @@ jsc_after_launch() {
     fi
 }
 
-# --- Requeue (job.requeue; launcher/requeue_script.py says how a request travels) ----------
+# --- Requeue (job.requeue; launcher/features/requeue.py says how a request travels) -------
 # SIGNAL comes BEFORE s before the time limit, or with a preemption (scancel -b --signal=SIG
 # JOBID). Every rank gets it, saves at the next step boundary, rank 0 writes $REQUEUE_MARKER,
 # all exit 0; then the job is requeued. PASS_ON: scancel (the launch is a Slurm step) or kill

@@ -1,6 +1,6 @@
 """What a container runtime is: the class to subclass, THE per-node srun, the bind rule.
 
-Where it sits: spec -> **runtimes** + modes -> jobscript text. A runtime is one module in
+Where it sits: spec -> **runtimes** (the modes and the job plan ask them) -> text. A runtime is one module in
 launcher/runtimes/ with one ``ContainerRuntime`` subclass, registered in
 launcher/runtimes/__init__.py. It owns everything about itself: the spec keys it takes, the
 image forms it can run and the characters it cannot bind (both checked when the spec is
@@ -8,9 +8,12 @@ loaded), its batch lines, its once-per-node set-up step, the srun flags and argv
 that start a task in it, and what it can run (mpirun, the task script, submitit). Each
 returns argv lists of shell tokens (launcher.shell) and never quotes anything itself.
 
-Every task of a jobscript's launch reaches its container through ``ContainerRuntime.wrap``,
-the one place where the stack hook's prelude (launcher.hangs_script.hook_argv) is put in
-front of the argv that runs inside: one rule for every runtime, bare included.
+A runtime knows nothing of the features (launcher/features/): the job plan (launcher.plan)
+hands it the ``prelude`` every task of the launch starts through inside the container (the
+stack hook's, features.hangs), which ``ContainerRuntime.wrap`` puts in front of the argv that
+runs inside, one rule for every runtime, bare included; and the names the features export
+to the tasks (``exports``: their value must win over the image's) and the ones that need only
+reach them (``forwards``), which a runtime that passes nothing by itself forwards by name.
 """
 
 from __future__ import annotations
@@ -19,16 +22,14 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, List, Optional, Sequence, Tuple, Union
 
-from launcher import hangs_script
-from launcher.task.hook.torchrun_jsc_kit.requeue import MARKER_ENV, SIGNAL_ENV
-from launcher.task.torchrun_jsc.forward import ENV as FORWARD_ENV
 from launcher.shell import Assign, Raw, Statement, Token, Var, expansion, expansion_parts, \
     join, literal_or_word, word
 from launcher.model import Bind, JobSpec, Runtime
+from launcher.yamlread import Key
 
 PWD = Var("PWD")
-# Batch-scope variables of every jobscript (launcher.jobscript, launcher.submitit): the node
-# count, and the CPUs of a one-task-per-node srun (set by launcher.placement.cpu_lines).
+# Batch-scope variables of every jobscript (launcher.render.jobscript, launcher.submitit): the node
+# count, and the CPUs of a one-task-per-node srun (set by launcher.features.placement).
 NNODES = Var("nnodes")
 CPUS_PER_NODE = Var("cpus_per_node")  # one task per node (set-up, doctor, per-node agent)
 DRIVER_CAPS = "NVIDIA_DRIVER_CAPABILITIES"
@@ -46,6 +47,60 @@ HASH_REF = re.compile(r"([^/@#\s]+@)?[^/#\s]+#[^#\s]+\Z")
 # A first path component that names a registry host (has a '.' or ':', or is localhost).
 REGISTRY_SLASH = re.compile(r"([^/@#\s]+@)?([^/#\s]*[.:][^/#\s]*|localhost)/")
 SQUASHFS = (".sqsh", ".squashfs")
+
+
+# Every key of the runtime section, declared once (launcher.yamlread.Key); each runtime's
+# ``keys`` names those it takes.
+RUNTIME_KEYS = (
+    Key(('runtime.kind',),
+        '`bare` (default), `apptainer`, `enroot`, `pyxis`',
+        'container runtime'),
+    Key(('runtime.image',),
+        'string, required for containers',
+        'the forms the runtime can use (checked by form at `check` time, see '
+        '[runtimes](../guide/runtimes.md)): apptainer `image.sif`, a sandbox directory, a squashfs'
+        ' file, `docker://REGISTRY/IMAGE`, `library://`, `oras://`, `shub://`, `http(s)://`; '
+        'enroot a local `.sqsh`/`.squashfs` file; pyxis `[USER@][REGISTRY#]IMAGE[:TAG]` '
+        '(`docker://`, `dockerd://`, `podman://` allowed) or a `.sqsh`/`.squashfs` file'),
+    Key(('runtime.binds',),
+        'list of `{source, target (=source), read_only: false}` or a path string',
+        'absolute paths; apptainer refuses `:` and `,`, enroot/pyxis also whitespace (their mount '
+        'syntax cannot express them)'),
+    Key(('runtime.binds[].source',),
+        'absolute path, required',
+        'the host path (a plain string item is the source)'),
+    Key(('runtime.binds[].target',),
+        'absolute path, = source',
+        'the path inside the container'),
+    Key(('runtime.binds[].read_only',),
+        'false',
+        'bind read-only'),
+    Key(('runtime.bind_cwd',),
+        'true',
+        'bind the submit directory at the same path (the script fails loudly if its path cannot be'
+        ' expressed)'),
+    Key(('runtime.nv',),
+        '`auto`',
+        'apptainer `--nv`; `auto` = when `job.gpus_per_node > 0`'),
+    Key(('runtime.cache_dir',),
+        'unset',
+        'apptainer: `APPTAINER_CACHEDIR`'),
+    Key(('runtime.container_name',),
+        'image stem',
+        'enroot/pyxis container name; a local `.sqsh` image adds `-<size>-<mtime>`'),
+    Key(('runtime.data_path',),
+        "the site's (Enroot's config)",
+        'enroot: exported as `ENROOT_DATA_PATH`, node-local and per user; unset: none is exported '
+        "and Enroot's own config decides (the site's `enroot.conf`, else `~/.local/share/enroot`);"
+        ' placeholders `{user}`, `{uid}`, `{job_id}` only (filled in on the node; `$` refused)'),
+    Key(('runtime.writable',),
+        'false',
+        'enroot: start a per-job writable copy (`--rw`) instead of the shared read-only container'),
+    Key(('runtime.keep_old',),
+        '1',
+        'enroot, pyxis (local image): containers of older images (same name) kept per node and '
+        'user; the rest are removed'),
+)
 
 
 def node_srun(nodes: Var = NNODES, kill_on_bad_exit: bool = True) -> List[Token]:
@@ -114,10 +169,14 @@ class ContainerRuntime:
     submitit_problem: ClassVar[str] = ""
 
     spec: JobSpec
-    # The tasks start through the stack hook's prelude: a jobscript's launch (its batch shell
-    # sets the hook up, launcher.hangs_script.setup_lines); never the doctor's checks, which
-    # enter the container without it, nor submitit's tasks, whose job has no hook.
-    hook: bool = False
+    # Argv every task of the launch starts through, inside the container (the plan's: the
+    # stack hook's prelude in a jobscript's launch; never in the doctor's checks, which enter
+    # the container without it, nor in submitit's tasks).
+    prelude: Tuple[Token, ...] = ()
+    # Names the job exports for the tasks, whose value must win over the image's.
+    exports: Tuple[str, ...] = ()
+    # Names (or NAME* prefixes) that need only reach the tasks.
+    forwards: Tuple[str, ...] = ()
 
     @property
     def config(self) -> Runtime:
@@ -163,10 +222,10 @@ class ContainerRuntime:
 
     def wrap(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         """The argv that runs ``argv`` as a task inside this runtime; task_env names must
-        reach it. With ``hook``, ``argv`` runs through the stack hook's prelude, itself run
-        inside (after the runtime has set the image's environment), so that the hook goes
-        first on the PYTHONPATH that ``argv`` would have had, which is kept after it."""
-        return self.enter(hangs_script.hook_argv(argv) if self.hook else argv, task_env)
+        reach it. ``argv`` runs through the plan's ``prelude``, itself run inside (after the
+        runtime has set the image's environment): the stack hook's goes first on the
+        PYTHONPATH that ``argv`` would have had, which is kept after it."""
+        return self.enter([*self.prelude, *argv], task_env)
 
     def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         """The argv that runs ``argv`` inside this runtime's container as it is (what each
@@ -198,13 +257,6 @@ def cache_lines() -> List[Statement]:
     """The caches' variables, each only where unset (docs/guide/runtimes.md: Caches)."""
     return [Raw("jsc_cache_env  # caches: node-local, per user, unless set (the image's root is "
                 "read-only)")]
-
-
-def requeue_names(spec: JobSpec) -> Sequence[str]:
-    # Exported by launcher.requeue_script; read by torchrun_jsc and torchrun_jsc_kit.
-    if spec.job.requeue is None:
-        return ()
-    return (MARKER_ENV, SIGNAL_ENV, FORWARD_ENV)
 
 
 def local_squashfs(image: Optional[str]) -> Optional[str]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from launcher import hangs_script, kit
+from launcher import kit
 from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, HASH_REF, PWD, SCHEME, SQUASHFS, \
-    ContainerRuntime, bind_text, cache_lines, gpu_lines, gpus_requested, \
-    requeue_names, stamped_name
+    ContainerRuntime, bind_text, cache_lines, gpu_lines, gpus_requested, stamped_name
 from launcher.shell import Assign, Raw, Statement, Token, Var, word
 
 
@@ -57,17 +56,14 @@ class Enroot(ContainerRuntime):
         return out
 
     def _names(self) -> List[str]:
-        """What reaches the container by name: Slurm's, the GPUs', every name the script
-        exports (env.set, site.env, the site's socket interface, the task script's, the
-        requeue protocol's, the hang hook's: launcher.hangs_script) and env.pass."""
-        names = set(enroot_scripts.TASK_NAMES) | set(self.spec.env.names) \
-            | {n for n, _ in self.spec.site.env} | set(requeue_names(self.spec)) \
-            | set(CACHE_NAMES) | set(hangs_script.NAMES) | {kit.LOG_ENV}
+        """What reaches the container by name: Slurm's, the GPUs', the task scripts', the
+        caches', and every name the plan says the job exports or forwards (env.set, site.env,
+        env.pass, the site's socket interface, the requeue protocol's, the hang hook's)."""
+        names = set(enroot_scripts.TASK_NAMES) | set(CACHE_NAMES) | set(self.exports) \
+            | set(self.forwards)
         if gpus_requested(self.spec):
             names.add(DRIVER_CAPS)
-        if self.spec.site.socket_ifname:
-            names |= {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
-        return sorted(names | set(self.spec.env.passthrough))
+        return sorted(names)
 
     def setup_argv(self) -> List[Token]:
         return ["bash", kit.file("node/enroot-setup.sh"), Var("enroot_image"),

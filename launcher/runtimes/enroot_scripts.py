@@ -3,7 +3,7 @@ script, for the enroot and pyxis runtimes (launcher/runtimes/enroot.py, pyxis.py
 that run on the nodes are the kit's files: launcher/node/enroot-setup.sh, pyxis-setup.sh,
 enroot-start.sh and enroot-lib.sh.
 
-Where it sits: spec -> **runtimes (enroot, pyxis)** + modes -> jobscript text. The scripts
+Where it sits: spec -> **runtimes (enroot, pyxis)** -> the job plan -> text. The scripts
 run with ``bash "$kit/node/SCRIPT" ARGS...``: on each node once (create) and in each task
 (start), so per-node and per-task values expand where they exist, never at batch scope.
 What only the controller knows is asked once per job, at batch scope (JOBS_LINES), and handed

@@ -18,7 +18,7 @@ from launcher import kit
 from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, PWD, REGISTRY_SLASH, SCHEME, \
     SQUASHFS, ContainerRuntime, bind_parts, cache_lines, gpu_lines, gpus_requested, \
-    local_squashfs, requeue_names, stamped_name, stem
+    local_squashfs, stamped_name, stem
 from launcher.shell import Raw, Statement, Token, Var, anchored, expansion_parts, \
     literal_or_word, word
 
@@ -75,11 +75,10 @@ class Pyxis(ContainerRuntime):
 
     def container_env(self) -> List[str]:
         """The names whose task value pyxis keeps over the container's environment: the
-        kit's rendezvous, socket interfaces and GPU selection, the caches, the requeue
-        protocol's, every name the spec or site exports and env.pass's exact names."""
-        names = set(KIT_NAMES) | set(CACHE_NAMES) | set(self.spec.env.names) \
-            | {n for n, _ in self.spec.site.env} | set(requeue_names(self.spec)) \
-            | {n for n in self.spec.env.passthrough if "*" not in n} | {kit.LOG_ENV}
+        kit's rendezvous, socket interfaces and GPU selection, the caches, and the names the
+        plan says the job exports (env.set, site.env, env.pass's exact names, the requeue
+        protocol's)."""
+        names = set(KIT_NAMES) | set(CACHE_NAMES) | set(self.exports)
         if gpus_requested(self.spec):
             names.add(DRIVER_CAPS)
         return sorted(names)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from launcher.node.doctor.local import fs_type, space
-from launcher.doctor.ship import node_config
+from launcher.features.preflight import node_config
 from launcher.spec import parse_spec
 from tests.helpers.cluster import Cluster, cleaned
 

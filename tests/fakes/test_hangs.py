@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher import __version__, cli, hangs_script, kit, stacks_step
+from launcher import __version__, cli, kit
+from launcher.submit import stacks as stacks_step
+from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
 from launcher.task.hook import sitecustomize as stacks_hook
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import load_spec
 from tests.helpers.hangprog import STUCK, WAITING
 
@@ -222,15 +224,6 @@ def test_failed_launch_names_the_flight_recorder_dumps(tmp_path, rc, dumps, said
             f"missed which collective: python3 -m torch.distributed.flight_recorder.fr_trace "
             f"{tmp_path}/fr -p rank- (in the image)\n") if said else ""
     assert (done.returncode, done.stdout, done.stderr) == (0, "", want)
-
-
-def test_job_sh_exports_the_flight_recorder_rule():
-    """The one rule (hangs_script.fr_exports, from the hook's FR_RENAMED) is what job.sh's
-    jsc_hangs_setup exports, whitespace aside."""
-    def words(text: str) -> str:
-        return " ".join(text.replace("\\\n", " ").split())
-    assert words("export " + hangs_script.fr_exports()) in \
-        words((kit.installed() / "node" / "job.sh").read_text())
 
 
 @pytest.mark.parametrize("given, fr, nccl", [

@@ -23,7 +23,8 @@ from typing import Dict, Iterator, List, Optional
 import pytest
 import yaml
 
-from launcher import hangs_script, kit
+from launcher import kit
+from launcher.features import hangs as hangs_feature
 from tests.helpers.cluster import HOSTILE_NL, Cluster, cleaned
 
 IMAGE_LIB = "/opt/image-lib"
@@ -115,8 +116,8 @@ def test_the_prelude_itself_under_posix_sh(tmp_path, given, want):
     if given is not None:
         env["PYTHONPATH"] = given
     probe = "import os, sys; print(repr((os.environ['PYTHONPATH'], sys.argv[1:], os.getpid())))"
-    argv = hangs_script.hook_argv([sys.executable, "-I", "-c", probe, HOSTILE_NL, "", "*"])
-    assert argv[:2] == ["sh", kit.file(hangs_script.HOOK_SCRIPT)]
+    argv = hangs_feature.hook_argv([sys.executable, "-I", "-c", probe, HOSTILE_NL, "", "*"])
+    assert argv[:2] == ["sh", kit.file(hangs_feature.HOOK_SCRIPT)]
     argv[1] = str(kit_dir / "task" / "hook.sh")  # what "${kit}/task/hook.sh" expands to
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     out, _ = p.communicate(timeout=30)

@@ -1,5 +1,5 @@
 """Ring 2: site jsc's inter-node name, chosen on the first node when the job starts
-(launcher/internode.py): the rendered rendezvous lines run by bash with the fakes' `scontrol`
+(launcher/features/site.py): the rendered rendezvous lines run by bash with the fakes' `scontrol`
 and `getent hosts` on PATH (FAKE_HOSTS: the names that resolve), SYSTEMNAME set to each JSC
 system, to another value or unset; then whole rendered jobs.
 
@@ -20,7 +20,7 @@ from typing import Optional
 import pytest
 
 from launcher import kit
-from launcher.jobscript import rendezvous_lines
+from launcher.features.site import rendezvous_lines
 from launcher.shell import render_statement
 from launcher.spec import parse_spec
 from tests.helpers import fake

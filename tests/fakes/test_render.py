@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from launcher import kit
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import load_spec, parse_spec
 from tests.helpers.cluster import HOSTILE, HOSTILE_NAME, HOSTILE_NL, Cluster, cleaned
 

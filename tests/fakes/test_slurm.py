@@ -19,7 +19,7 @@ from typing import List, Tuple
 import pytest
 
 from launcher import __version__, kit
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from launcher.slurm import PORT_BASE, PORT_SPAN, rdzv_port, rdzv_port_lines
 from tests.helpers import fake

@@ -1,4 +1,4 @@
-"""Ring 2: `jsc-compose venv` (launcher.venvjob): the build script run by bash through the
+"""Ring 2: `jsc-compose venv` (launcher.render.venvjob): the build script run by bash through the
 CLI and a fake sbatch, with real python3 -m venv and pip (no network: an empty or
 unsatisfiable requirements file and --no-index), a fake `module` command
 (tests/helpers/modulecmd), and the run job's warning with the recording fakes."""

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 from typing import Iterator, List
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from tests.helpers import fake
 

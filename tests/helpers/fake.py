@@ -35,7 +35,7 @@ case "$*" in
 esac
 """,
     # `getent hosts NAME...` as the first node's resolver answers the batch step's lookup of
-    # the inter-node name (launcher/internode.py): the names in FAKE_HOSTS (space-separated)
+    # the inter-node name (launcher/features/site.py): the names in FAKE_HOSTS (space-separated)
     # resolve; without FAKE_HOSTS, every name ending in "i" (the JSC names, as the fake
     # network below). Status 2 (glibc's "not found") for the first that does not. Other
     # databases go to the real getent.

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from tests.helpers.labjobs import make
 

@@ -29,7 +29,7 @@ def run(cluster, shared_tmp: Path, name: str, sbatch: dict):
         "site": {"profile": "jsc", "venv": VENV}, "runtime": {"kind": "bare"},
         "launch": {"mode": "srun", "procs_per_node": 2, "preflight": False},
         "program": ["python3", "-u", "tests/helpers/programs/gpu_seen.py"]}))
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from launcher.spec import load_spec
     job = shared_tmp / f"{name}.job"
     text = render_jobscript(load_spec(str(spec)))

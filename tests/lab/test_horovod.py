@@ -54,7 +54,7 @@ def test_horovod_under_pyxis(cluster, horovod_image, shared_tmp):
     the step's PMIx in), the task script picks the interface with the image's python3."""
     import yaml
 
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from launcher.spec import parse_spec
 
     make("horovod-enroot-image", timeout=1200)

@@ -43,7 +43,7 @@ def run_spec(cluster, shared_tmp: Path, name: str, mode: str, runtime: dict, arg
         "site": site, "runtime": runtime,
         "launch": {"mode": mode, "procs_per_node": 2},
         "program": ["python3", "-u", "examples/distributed_sum.py", *args]}))
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from launcher.spec import load_spec
     job = shared_tmp / f"{name}.job"
     job.write_text(render_jobscript(load_spec(str(spec))))

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 import pytest
 import yaml
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 
 from bench import bandwidth_bench as bb
 from bench.stats import Series
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
 

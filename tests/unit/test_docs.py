@@ -4,7 +4,8 @@ Relative links in README.md and docs/**/*.md resolve to files (and ``#anchors`` 
 GitHub's way); ``mkdocs build --strict`` passes (every nav page exists, no broken link or
 anchor); every ``make TARGET`` the documents name is a Makefile target; the composer
 subcommands they name exist and all are shown; torchrun_jsc's variables table lists what
-``--help`` lists; the spec reference lists exactly the keys the spec loader accepts.
+``--help`` lists; the spec reference's tables are the keys' declarations (`make
+spec-reference`) and list exactly the keys the spec loader accepts.
 """
 
 import re
@@ -226,3 +227,21 @@ def test_spec_reference_lists_every_accepted_key(monkeypatch):
     assert not missing, f"keys the loader accepts that {SPEC_REFERENCE.name} does not list: {missing}"
     stale = sorted(documented - accepted)
     assert not stale, f"keys {SPEC_REFERENCE.name} lists that the loader refuses: {stale}"
+
+
+def test_spec_reference_is_the_declarations():
+    """docs/reference/spec.md's tables are what tests/helpers/specref.py renders from the keys'
+    declarations (launcher.spec.KEYS): `make spec-reference` rewrites them."""
+    from tests.helpers import specref
+    text = SPEC_REFERENCE.read_text(encoding="utf-8")
+    assert specref.render(text) == text, "docs/reference/spec.md is stale: make spec-reference"
+
+
+def test_every_key_is_declared_once():
+    """No key path is declared by two owners, and every runtime's keys are declared."""
+    from launcher.runtimes import RUNTIME_KEYS, RUNTIMES
+    paths = [p for key in spec_module.KEYS for p in key.paths]
+    assert len(paths) == len(set(paths)), sorted(p for p in paths if paths.count(p) > 1)
+    declared = {n for k in RUNTIME_KEYS for n in k.names}
+    for kind, runtime in RUNTIMES.items():
+        assert set(runtime.keys) <= declared, (kind, set(runtime.keys) - declared)

@@ -17,8 +17,8 @@ import pytest
 from launcher import kit
 from launcher.cli import main
 from launcher.node.doctor import node, report
-from launcher.doctor.ship import node_config
-from launcher.jobscript import render_jobscript
+from launcher.features.preflight import node_config
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec
 from tests.helpers.doctor import report as _rep
@@ -210,7 +210,7 @@ def test_first_node_cell():
 def test_waiting_on_slurm_backs_off(monkeypatch):
     """A job that stays queued for the doctor's whole 15 minutes costs about 95 squeue calls
     (0.2 s doubling to 10 s), not 4,500 at a fixed 0.2 s: slurmctld is shared by everyone."""
-    from launcher.doctor import run
+    from launcher.submit import doctor as run
     clock = [0.0]
     calls = []
 

@@ -15,10 +15,10 @@ from typing import Dict, Tuple
 import pytest
 
 from launcher import kit
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.node.net import fast
 from launcher.node.net.fast import Nic, choose, named_by, nics
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from tests.unit.test_spec_traps import error, parse
 
 SPEC = "job: {nodes: 2}\nsite: generic\nlaunch: {rdzv_port: 29400}\nprogram: [p]\n"

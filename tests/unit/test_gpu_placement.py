@@ -17,7 +17,7 @@ from typing import Dict
 import pytest
 
 from launcher.task.hook.torchrun_jsc_kit import gpu
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from tests.unit.test_spec_traps import parse
 
 PCI = {0: 0x07, 1: 0x0f, 2: 0x47, 3: 0x4e}  # GPU index -> PCI bus

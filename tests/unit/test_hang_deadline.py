@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import hangs_script
+from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import load_spec, parse_spec
 from tests.unit.test_hangs import C10D, DATA, LOGGER, TRAIN, record
@@ -151,7 +151,7 @@ def test_watcher_only_when_the_spec_asks():
     after = function_body("jsc_after_launch")
     assert after.index('kill "$jsc_watch_pid"') < after.index(
         f'cat -- "$hangs_dir/{stacks.VERDICT}" >&2') < after.index(
-        f"exit {hangs_script.EXIT_NO_PROGRESS}")
+        f"exit {hangs_feature.EXIT_NO_PROGRESS}")
     # Without the watcher (no jsc_watch call) nothing is killed or read.
     assert after.index('if [ -n "${jsc_watch_pid:-}" ]; then') < after.index('kill "$jsc_watch')
 
@@ -174,7 +174,7 @@ def test_existing_jobs_have_no_watcher():
 
 
 def test_period_is_a_tenth_within_1_to_60():
-    assert [hangs_script.progress_period(t) for t in (5, 122, 600, 1800, 86400)] == \
+    assert [hangs_feature.progress_period(t) for t in (5, 122, 600, 1800, 86400)] == \
         [1, 12, 60, 60, 60]
 
 # --- the watcher's decision (pure) -----------------------------------------------------------

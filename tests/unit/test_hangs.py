@@ -12,11 +12,14 @@ import subprocess
 import pytest
 import yaml
 
-from launcher import cli, hangs_script, kit, stacks_step
+from launcher import cli, kit
+from launcher.submit import stacks as stacks_step
+from launcher.features import hangs as hangs_feature
 from launcher.node import stacks
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import MODES, plan_launch
+from launcher.plan import build_plan
 from launcher.modes.common import rdzv_conf_arg, rdzv_timeouts, user_rdzv_conf
 from launcher.shell import Var, resolve, word
 from launcher.spec import load_spec, parse_spec
@@ -157,12 +160,12 @@ def test_jobscript_lines():
         assert line in job_sh, line
     assert "PYTHONPATH" not in "\n".join(line for line in job_sh.splitlines()
                                         if not line.lstrip().startswith("#"))
-    # The collector the trap runs is the one `jsc-compose stacks` runs (hangs_script).
+    # The collector the trap runs is the one `jsc-compose stacks` runs (features.hangs).
     start = "\njsc_collector() {\n    collector=("
     body = job_sh[job_sh.index(start) + len(start):]
     body = body[:body.index(")\n}\n")]  # the array's words, over its lines
     assert shlex.split(body) == resolve(
-        hangs_script.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
+        hangs_feature.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
     # The hook's prelude is the kit's file: the hook directory first, the image's path after.
     hook = kit.installed() / "task" / "hook.sh"
     done = subprocess.run(["sh", str(hook), "sh", "-c", 'printf %s "$PYTHONPATH"'],
@@ -197,7 +200,7 @@ def test_preflight_checks_enter_the_container_without_the_hook():
         text[text.index("# Launch"):]
 
 
-HOOK = hangs_script.hook_argv([])
+HOOK = hangs_feature.hook_argv([])
 IMAGES = {"apptainer": "i.sif", "enroot": "i.sqsh", "pyxis": "i.sqsh", "bare": None}
 
 
@@ -222,14 +225,15 @@ def test_every_task_starts_through_the_hook_once_inside(mode, kind, spec):
     right where the runtime hands its argv to the container (ContainerRuntime.enter: after
     the image, after Enroot's `env --chdir`, first in a pyxis task), and nothing else differs
     from the plan without it (the preview's)."""
-    rt, plan = plan_launch(spec, hook=True)
+    job = build_plan(spec)  # a jobscript's: the tasks start through the hook's prelude
+    rt, plan = job.runtime, job.launch
     _, plain = plan_launch(spec)
     task = list(plan.task)
     starts = [i for i in range(len(task)) if task[i:i + len(HOOK)] == HOOK]
     assert len(starts) == 1, task
     (i,) = starts
     assert task[:i] + task[i + len(HOOK):] == list(plain.task)
-    assert not any(t == kit.file(hangs_script.HOOK_SCRIPT) for t in plan.starter)
+    assert not any(t == kit.file(hangs_feature.HOOK_SCRIPT) for t in plan.starter)
     entry = rt.enter([])
     assert task[i - len(entry):i] == entry
     if kind == "pyxis" and plan.task_kind:
@@ -303,12 +307,12 @@ def test_cli_stacks_refuses_a_bad_wait_in_one_line(monkeypatch, capsys, wait):
 
 def test_seconds_text_loses_nothing():
     for value in (0, 0.5, 10, 10.0, 0.1, 1 / 3, 1e-7, 2.5e6, 1e20):
-        text = hangs_script.seconds_text(value)
+        text = hangs_feature.seconds_text(value)
         assert float(text) == value and "e+" not in text
-    assert hangs_script.seconds_text(10.0) == "10" and hangs_script.seconds_text(0.5) == "0.5"
+    assert hangs_feature.seconds_text(10.0) == "10" and hangs_feature.seconds_text(0.5) == "0.5"
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError):
-            hangs_script.seconds_text(bad)
+            hangs_feature.seconds_text(bad)
 
 
 def timed_out(argv, **kw):

@@ -150,7 +150,7 @@ def test_check_image_warns_when_this_host_differs(tmp_path, capsys, monkeypatch)
     from launcher.spec import load_spec
     assert _check_image(load_spec(str(spec(tmp_path, image, None))), "x86_64").endswith(
         "arch aarch64 (label), not run here (another architecture)")
-    # On an aarch64 host it runs the image's probe (launcher.imagecheck), here answered.
+    # On an aarch64 host it runs the image's probe (launcher.render.imagecheck), here answered.
     answer = subprocess.CompletedProcess([], 0, "python3 3.12\ntorch 2.13.0\ncommand python3\n", "")
     monkeypatch.setattr("launcher.cli.subprocess.run", lambda *a, **k: answer)
     assert _check_image(load_spec(str(spec(tmp_path, image, None))), "aarch64") == \
@@ -182,7 +182,7 @@ def test_the_jobscript_stops_on_its_first_node_for_another_architecture(tmp_path
     import subprocess
 
     from launcher import kit
-    from launcher.jobscript import render_jobscript
+    from launcher.render.jobscript import render_jobscript
     from tests.unit.test_spec_traps import parse
 
     for kind, image in (("apptainer", "x.sif"), ("enroot", "x.sqsh"), ("pyxis", "x.sqsh")):

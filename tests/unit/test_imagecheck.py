@@ -1,4 +1,4 @@
-"""Ring 1: `check --image`'s verdict on what an image has (launcher/imagecheck.py): python3 >= 3.8,
+"""Ring 1: `check --image`'s verdict on what an image has (launcher/render/imagecheck.py): python3 >= 3.8,
 torch >= 1.9 and the commands the spec starts in it, each missing one named; the probe is the
 real shell text, run here by sh against fake python3/torch/launcher commands on PATH."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import imagecheck
+from launcher.render import imagecheck
 from launcher.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Ring 1: site jsc's inter-node name per system (launcher/internode.py, model.JSC_SUFFIXES):
+"""Ring 1: site jsc's inter-node name per system (launcher/features/site.py, model.JSC_SUFFIXES):
 the table and its order, the rendered batch lines (quoted, the same rule in the jobscript,
 deepspeed's hostfile and Ray's --suffix), `preview` showing what each system gets (or one
 system, --system / $SYSTEMNAME), and a spec's own hostname_suffix replacing the rule.
@@ -11,10 +11,11 @@ import re
 import pytest
 
 from launcher.cli import main
-from launcher.internode import SUFFIX, preview_endpoint, suffix_lines, suffix_token
-from launcher.jobscript import render_jobscript
+from launcher.features.site import preview_endpoint, suffix_lines
+from launcher.modes.common import SUFFIX, suffix_token
+from launcher.render.jobscript import render_jobscript
 from launcher.model import JSC_SUFFIXES, SITE_PROFILES, FastInterface, Site, SuffixRule
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.shell import render_statement
 from tests.unit.test_spec_traps import error, parse
 

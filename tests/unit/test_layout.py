@@ -15,15 +15,16 @@ graph of launcher/ has no cycle. The docs' table names the same node side.
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Set
 
 import pytest
+
+from tests.helpers import architecture
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,59 +43,16 @@ PROGRAMS = {"launcher.task.torchrun_jsc.__main__", "launcher.node.run", "launche
             "launcher.task.hook.sitecustomize"}
 
 
-def module_names() -> Dict[str, Path]:
-    """Every module under launcher/ by dotted name (a package by its own name)."""
-    out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
-
-
-MODULES = module_names()
+MODULES = architecture.module_names(ROOT)
 
 
 def is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
-def ancestors(name: str) -> List[str]:
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
-
-
-def imports(name: str) -> Set[str]:
-    """The launcher modules ``name`` imports anywhere in its text (module level, functions,
-    guarded blocks), with the packages an import runs on the way (``import launcher.a.b``
-    runs ``launcher.a`` first), except ``name``'s own packages (already running)."""
-    package = name if is_package(name) else name.rpartition(".")[0]
-    targets: Set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            targets.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            for alias in node.names:  # `from pkg import submodule` imports the submodule
-                full = f"{module}.{alias.name}"
-                targets.add(full if full in MODULES else module)
-    out = set()
-    for target in targets:
-        if target.split(".")[0] != "launcher":
-            continue
-        assert target in MODULES, f"{name} imports {target}, which is not in launcher/"
-        out.add(target)
-        out.update(a for a in ancestors(target) if a not in ancestors(name))
-    out.discard(name)
-    return out
-
-
-GRAPH = {name: imports(name) for name in MODULES}
+ancestors = architecture.ancestors
+cycles = architecture.cycles
+GRAPH = architecture.graph(ROOT)
 
 
 def node_side() -> Set[str]:
@@ -113,8 +71,9 @@ COMPOSER = set(MODULES) - NODE - ROOTS
 def test_the_layout_has_both_sides():
     """The lists above mean something: the composer's main parts are not node-side."""
     assert {"launcher.cli", "launcher.spec", "launcher.modes", "launcher.modes.ray",
-            "launcher.runtimes", "launcher.jobscript", "launcher.preview", "launcher.model",
-            "launcher.yamlread", "launcher.shell", "launcher.doctor.ship"} <= COMPOSER
+            "launcher.runtimes", "launcher.render.jobscript", "launcher.render.preview", "launcher.model",
+            "launcher.yamlread", "launcher.shell", "launcher.features.preflight",
+            "launcher.plan"} <= COMPOSER
     assert {"launcher.task.ray", "launcher.task.procs", "launcher.task.torchrun_jsc.decide"} <= NODE
     assert ROOTS == {"launcher"}
 
@@ -139,41 +98,6 @@ def test_node_side_imports_stay_on_the_node_side():
     """Static, so an import inside a function (the one run later on the node) counts too."""
     bad = sorted(f"{m} imports {t}" for m in NODE | ROOTS for t in GRAPH[m] if t in COMPOSER)
     assert not bad, "node-side code imports composer code: " + "; ".join(bad)
-
-
-def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
-    """The strongly connected components with more than one module (Tarjan), sorted."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    out: List[List[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return sorted(out)
 
 
 def test_cycles_finds_a_cycle():
@@ -209,3 +133,68 @@ def test_the_docs_name_the_node_side():
     named = set(re.findall(r"`(launcher(?:\.\w+)*)`", "\n".join(rows)))
     assert set(NODE_SIDE) - named == set(), "node-side modules missing from the docs' table"
     assert {n for n in named if n not in NODE} == set(), "the docs' table names composer code"
+
+
+# --- The composer's stages (docs/development/architecture.md) ------------------------------
+# Every unit of launcher/ (a root file, or a package as one) on one floor, top to bottom. An
+# import goes to the unit's own floor or a lower one, never up; the node side imports only
+# the node side (and the package root). A new unit is one line here and one in the docs.
+STAGES = (
+    ("edge", {"launcher.__main__", "launcher.cli"}),
+    ("submit", {"launcher.submit", "launcher.submitit"}),
+    ("render", {"launcher.render"}),
+    ("plan", {"launcher.plan"}),
+    ("load", {"launcher.spec"}),
+    ("features", {"launcher.features"}),
+    ("modes", {"launcher.modes"}),
+    ("runtimes", {"launcher.runtimes"}),
+    ("ground", {"launcher.model", "launcher.yamlread", "launcher.shell", "launcher.kit"}),
+    ("node side", {"launcher.slurm", "launcher.node", "launcher.task", "launcher.gpu",
+                   "launcher.requeue", "launcher"}),  # launcher: the package's own face
+)
+# Issue 35's aims, against its figures at main 04322e7 (tests/helpers/architecture.py).
+BEFORE_UNITS, BEFORE_UNIT_IMPORTS = 34, 128
+UNITS = architecture.unit_graph(GRAPH)
+
+
+def floor_of(unit: str) -> int:
+    (floor,) = [i for i, (_, units) in enumerate(STAGES) if unit in units]
+    return floor
+
+
+def test_every_unit_has_one_stage():
+    placed = [u for _, units in STAGES for u in units]
+    assert len(placed) == len(set(placed)), "a unit on two floors"
+    assert set(placed) == set(UNITS), (f"not placed: {sorted(set(UNITS) - set(placed))}; "
+                                       f"gone: {sorted(set(placed) - set(UNITS))}")
+
+
+def test_no_import_goes_up_a_stage():
+    """cli -> submit/doctor/submitit -> render -> plan -> load (spec) -> features -> modes ->
+    runtimes -> ground -> node side: a unit imports its own floor or below."""
+    up = sorted(f"{u} ({STAGES[floor_of(u)][0]}) imports {t} ({STAGES[floor_of(t)][0]})"
+                for u, targets in UNITS.items() for t in targets if floor_of(t) < floor_of(u))
+    assert not up, up
+
+
+def test_fewer_units_and_imports_than_before_issue_35():
+    imports = sum(len(v) for v in UNITS.values())
+    assert len(UNITS) < BEFORE_UNITS and imports < BEFORE_UNIT_IMPORTS, (len(UNITS), imports)
+    assert not architecture.cycles(UNITS)
+
+
+def test_hang_timeout_is_read_in_at_most_two_composer_files():
+    """Issue 35: the key travelled through nine hops and three composer files read it; now
+    its feature (features/hangs.py) declares, loads and renders it."""
+    readers = architecture.readers("launch.hang_timeout", ROOT)
+    assert len(readers) <= 2, readers
+    assert "launcher.features.hangs" in readers
+
+
+def test_runtimes_know_nothing_of_the_features():
+    """The plan hands a runtime the prelude and the names; no runtime module imports a
+    feature, and no mode does (a feature may ask a mode, never the other way)."""
+    bad = sorted(f"{m} imports {t}" for m, targets in GRAPH.items()
+                 if m.startswith(("launcher.runtimes", "launcher.modes"))
+                 for t in targets if t.startswith("launcher.features"))
+    assert not bad, bad

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from launcher.task import procs, ray as ray_node
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import plan_launch
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.spec import parse_spec
 from launcher.shell import join
 from launcher.task.torchrun_jsc.addresses import LaunchError

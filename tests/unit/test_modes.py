@@ -9,11 +9,11 @@ import subprocess
 import pytest
 
 from launcher import modes as modes_pkg
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import JobSpec, SpecError
 from launcher.modes import MODES, LaunchMode, Plan, Step, plan_launch
 from launcher.modes.common import srun_argv
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.runtimes import ContainerRuntime
 from launcher.spec import parse_spec
 

@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from launcher import kit
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.modes import mode_for, plan_launch
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.spec import load_spec, parse_spec
 from tests.helpers.cluster import HOSTILE, HOSTILE_NL
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.modes.common import NUMA_BINDINGS
 from launcher.spec import parse_spec
 from launcher.task.torchrun_jsc import usage

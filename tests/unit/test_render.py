@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher import __version__, hangs_script, kit
-from launcher.jobscript import render_jobscript, sbatch_options
+from launcher import __version__, kit
+from launcher.features import hangs as hangs_feature
+from launcher.render.jobscript import render_jobscript, sbatch_options
+from launcher.plan import build_plan
 from launcher.modes import plan_launch
 from launcher.model import RuntimeKind
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.slurm import expand_nodelist
 from launcher.shell import Var, join, quote, resolve, sbatch_quote, word
 from launcher.model import SpecError
@@ -136,7 +138,7 @@ def test_ddp_container_launch_line():
         "python3", "-u", "examples/ddp_train.py", "--steps", "20"]
     text = rendered("ddp_container.yaml")
     assert "#SBATCH --gpus-per-node=4" in text and "#SBATCH --ntasks-per-node=1" in text
-    assert 'rdzv_host="${first_node}${host_suffix}"' in text  # launcher.internode
+    assert 'rdzv_host="${first_node}${host_suffix}"' in text  # launcher.features.site
     assert 'jsc_rdzv_port "${rdzv_host}" 29500 1000 100' in text.splitlines()
     assert 'kit="${PWD}/launcher"' in text.splitlines()  # `make jobs`: the clone's kit
 
@@ -200,7 +202,7 @@ def test_pyxis_needs_srun():
 def test_render_is_deterministic():
     """Every job renders byte for byte alike in two fresh interpreters with different hash
     seeds: no set or dict order, id or time leaks into the text."""
-    code = ("import sys\nfrom launcher.jobscript import render_jobscript\n"
+    code = ("import sys\nfrom launcher.render.jobscript import render_jobscript\n"
             "from launcher.spec import load_spec\n"
             f"for name in {SPECS!r}:\n"
             "    sys.stdout.write(render_jobscript(load_spec('jobs/' + name)))\n")
@@ -262,7 +264,7 @@ def test_preview_per_node():
 ])
 def test_cpus_whole_nodes_unless_the_spec_asks_for_cpus(job, mode, exclusive, cpus):
     spec = parse_spec(f"job: {job}\nlaunch: {{mode: {mode}}}\nprogram: [p]\n", "c.yaml")
-    opts = dict(sbatch_options(spec, plan_launch(spec)[1]))
+    opts = dict(sbatch_options(build_plan(spec)))
     assert ("exclusive" in opts) is exclusive and opts.get("cpus-per-task") == cpus
     if "user" in job:
         assert opts["exclusive"] == "user"  # the spec's own value, not a second --exclusive
@@ -315,20 +317,18 @@ def test_rendered_jobscript_is_at_most_100_lines(name, kind, spec):
         f"jobs/{name} under runtime {kind}: {len(text.splitlines())} lines"
 
 
-def test_flight_recorder_exports_are_hangs_script_rule():
-    """The flight recorder's exports in launcher/node/job.sh (jsc_hangs_setup) are exactly
-    hangs_script.fr_exports(): one rule (which the hook's FR_RENAMED drives), whitespace aside."""
+def test_flight_recorder_rule_is_written_once_in_job_sh():
+    """The flight recorder's exports have one home, launcher/node/job.sh jsc_hangs_setup
+    (their behaviour: tests/fakes/test_hangs.py). The composer reads their names from there
+    (hangs_feature.flight_recorder_names, for the runtimes that forward by name): every name
+    the hook's FR_RENAMED pairs is among them, and nothing else in the kit's batch functions
+    sets one."""
+    names = hangs_feature.flight_recorder_names()
+    renamed = hangs_feature.hook_constant("FR_RENAMED")
+    assert {n for pair in renamed for n in pair} <= set(names)
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" in names and set(names) <= set(hangs_feature.NAMES)
     text = JOB_SH.read_text(encoding="utf-8")
     body = text[text.index("\njsc_hangs_setup() {"):]
-    body = body[:body.index("\n}\n")]
-    logical = body.replace("\\\n", " ").splitlines()  # continuation lines joined
-    exports = [line for line in logical
-               if re.match(r"\s*export\s+TORCH_", line)]
-    assert exports, "no flight-recorder exports in jsc_hangs_setup"
-    rule = ("export " + hangs_script.fr_exports()).replace("\\\n", " ")
-    assert " ".join(" ".join(exports).split()) == " ".join(rule.split())
-    # ... and nothing else in the kit's batch functions sets them.
-    names = [n for n, _ in hangs_script.FLIGHT_RECORDER]
-    outside = text.replace(body, "")
+    outside = text.replace(body[:body.index("\n}\n")], "")
     for name in names:
         assert not re.search(rf"\b{name}=", outside), name

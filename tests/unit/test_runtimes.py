@@ -11,7 +11,7 @@ import typing
 import pytest
 
 from launcher import __version__, kit
-from launcher.doctor.ship import doctor_lines
+from launcher.features.preflight import doctor_lines
 from launcher.model import RuntimeKind, SpecError
 from launcher.runtimes import RUNTIMES, ContainerRuntime, node_srun, runtime_for
 from launcher.shell import join, render_statement

@@ -16,7 +16,7 @@ from typing import Dict, List, Tuple
 import pytest
 import yaml
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SITE_PROFILES, SpecError
 from launcher.modes import MODES
 from launcher.runtimes import RUNTIMES

@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from launcher.cli import main
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.shell import quote
 from launcher.model import JSC_ENV_DEFAULTS, SITE_PROFILES
 from launcher.spec import parse_spec
-from launcher.spec_site import site_warnings
+from launcher.features.site import site_warnings
+from launcher.modes import mode_for
 from tests.unit.test_spec_traps import error, parse
 
 ONE = "job: {nodes: 1, gpus_per_node: 4}\nprogram: [x]\n"
@@ -126,7 +127,8 @@ def test_module_purge_on_generic_and_refusal():
     ("{mode: mpirun_torchrun}", "generic", False),
 ])
 def test_jsc_mpirun_warning(launch, site, warned):
-    lines = site_warnings(parse(ONE + f"site: {site}\nlaunch: {launch}\n"))
+    spec = parse(ONE + f"site: {site}\nlaunch: {launch}\n")
+    lines = site_warnings(spec, mode_for(spec.launch.mode))
     assert bool(lines) == warned
     if warned:
         (line,) = lines

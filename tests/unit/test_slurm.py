@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.preview import render_preview
+from launcher.render.preview import render_preview
 from launcher.spec import parse_spec
 from launcher.slurm import PORT_BASE, PORT_SPAN, rdzv_port
 

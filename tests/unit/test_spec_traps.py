@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import main
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.modes import plan_launch
 from launcher.shell import PathExport, Var, word
 from launcher.model import SpecError

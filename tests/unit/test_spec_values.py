@@ -5,10 +5,10 @@ node-local submit directory and shadowing by files in the submit directory."""
 
 import pytest
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.shell import expansion, quote
 from launcher.submitit import submitit_plan
-from launcher.venvjob import render_venv_job
+from launcher.render.venvjob import render_venv_job
 from launcher.cli import main
 from launcher.submit import submit_warnings
 from tests.unit.test_spec_traps import error, parse

@@ -46,7 +46,7 @@ def test_parameters_come_from_the_job_and_launch_sections():
     assert {k: v for k, v in p.items() if k != "setup"} == {
         "job_name": "s", "nodes": 2, "ntasks_per_node": 2, "time": 10, "partition": "batch",
         "account": "proj1", "cpus_per_task": 3, "gpus_per_node": 4,
-        # cpus_per_task set: no --exclusive (launcher.placement's rule, as in jobscripts)
+        # cpus_per_task set: no --exclusive (launcher.features.placement's rule, as in jobscripts)
         "additional_parameters": {"mem": "10G", "reservation": "r 1", "hint": True},
         # 2 tasks per node of a GPU job: socket by socket, as srun mode's step
         "srun_args": ["--distribution=block:block"]}
@@ -95,7 +95,7 @@ def test_apptainer_binds_the_folder_at_its_path_and_nv_follows_gpus():
 def test_master_is_the_first_nodes_inter_node_name(site, addr):
     setup = submitit_plan(spec(site=site), FOLDER).setup
     assert addr in setup
-    # jsc: the suffix picked per system on the first node (launcher.internode), before use
+    # jsc: the suffix picked per system on the first node (launcher.features.site), before use
     picks = [i for i, line in enumerate(setup) if line.startswith("jsc_pick_host_suffix ")]
     assert picks == ([setup.index(addr) - 1] if site == "site: jsc" else [])
     assert setup.index("jsc_first_node || exit 1") < setup.index(addr)  # launcher/node/job.sh

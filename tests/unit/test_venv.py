@@ -1,4 +1,4 @@
-"""Ring 1: `jsc-compose venv` (launcher.venvjob), site.env and the run job's modules check:
+"""Ring 1: `jsc-compose venv` (launcher.render.venvjob), site.env and the run job's modules check:
 validation (one-line errors) and the rendered text."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.model import SpecError
 from launcher.spec import parse_spec
-from launcher.venvjob import render_venv_job
+from launcher.render.venvjob import render_venv_job
 
 
 def spec(site: str, env: str = "{}", name: str = "t.yaml"):

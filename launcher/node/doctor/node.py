@@ -1,6 +1,6 @@
 """The doctor's node side: every check on one node, the network ones with the first node.
 
-Where it sits: spec -> launcher.doctor.ship (config, jobscript lines) -> **node** (one task
+Where it sits: spec -> launcher.features.preflight (config, jobscript lines) -> **node** (one task
 per node: ``python3 -I "$kit/node/run.py" doctor node CONFIG HOST PORT -- WRAP...``, each node
 prints one report
 line) -> launcher.node.doctor.report (the reports -> the table or JSON, exit status). The first

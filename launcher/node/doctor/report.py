@@ -1,8 +1,9 @@
 """The doctor's reports -> one verdict: the node x check table (or JSON) and the exit status.
 
 Where it sits: launcher.node.doctor.node (one report per node) -> **report** -> the job log
-(``launch.preflight``) or the CLI (``python -m launcher doctor``). Shipped with node.py as
-one standard-library script (launcher.doctor.ship); ``main`` is that script's entry point:
+(``launch.preflight``) or the CLI (``python -m launcher doctor``). Run with node.py
+through ``python3 -I "$kit/node/run.py" doctor`` (launcher.features.preflight writes the
+step); ``main`` is its entry point:
 ``node CONFIG HOST PORT -- WRAP...`` on each node, ``table|json CONFIG NODES`` to collect.
 """
 

@@ -60,7 +60,7 @@ def _rank(env):
 # The flight recorder's variables, (current name, deprecated name): torch >= 2.8 reads the
 # TORCH_FR_* names and warns once per rank about each TORCH_NCCL_* one that is set
 # (NVIDIA/nvidia-resiliency-ext#163: TORCH_NCCL_* before 2.8, TORCH_FR_* from 2.8). The
-# jobscript sets both to one value (launcher.hangs_script.FLIGHT_RECORDER), for every torch.
+# jobscript sets both to one value (launcher/node/job.sh jsc_hangs_setup), for every torch.
 FR_RENAMED = (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
               ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
 

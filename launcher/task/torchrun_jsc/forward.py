@@ -5,7 +5,7 @@ HANDLE, torch/distributed/elastic/multiprocessing/api.py: it raises SignalExcept
 closes the workers with SIGTERM). Any other signal has its default action: SIGUSR1/SIGUSR2
 terminate the agent, its workers (started with start_new_session=True) lose their agent,
 and the step fails before a worker could save. A job that asks for a checkpoint with
-``--signal=B:USR2@T`` sets TORCHRUN_JSC_FORWARD_SIGNALS=USR2 (launcher.requeue_script); the
+``--signal=B:USR2@T`` sets TORCHRUN_JSC_FORWARD_SIGNALS=USR2 (launcher.features.requeue); the
 agent then survives the signal and sends it to each worker process that catches it.
 
 Slurm signals every process of a step itself (``scancel --signal``, proctrack), workers

@@ -1,7 +1,7 @@
 """The program's side of job.requeue: notice the signal, agree on stopping, leave a marker.
 
 Where it sits: imported by the training program (``torchrun_jsc_kit.StopRequest``,
-examples/ddp_train.py) inside the job; the jobscript (launcher.requeue_script) exports what it
+examples/ddp_train.py) inside the job; the jobscript (launcher.features.requeue) exports what it
 reads:
 
     REQUEUE_SIGNAL  the signal to catch (USR2): a handler sets a flag, nothing more;

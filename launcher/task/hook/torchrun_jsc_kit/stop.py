@@ -3,7 +3,7 @@
 Where it sits: the stack hook (launcher/task/hook/sitecustomize.py) calls ``arm`` at start-up in
 every rank of a job with job.requeue (REQUEUE_SIGNAL is set), before the program's first line.
 How a stop request travels: the batch shell's trap passes the signal on with ``scancel
---signal`` (launcher/requeue_script.py), which signals every process of every step; in torchrun
+--signal`` (launcher/features/requeue.py), which signals every process of every step; in torchrun
 mode the agent forwards it to its workers too (launcher/task/torchrun_jsc/forward.py).
 
 Why a hold: a rank still importing torch has no handler yet, and the signal's default action

@@ -1,12 +1,12 @@
 """`jsc-compose stacks` across the nodes of a job: the one srun step that collects every rank's
 stack, and what is left when it times out.
 
-Where it sits: the CLI's edge (launcher.cli ``stacks``) -> **this step** -> the shipped
-collector (launcher.node.stacks ``node``) on every node, as launcher.hangs_script renders it for
-the jobscript too. It runs srun and squeue; launcher.cli prints what it returns and turns its
-SubmitError into one line. A step that runs past the nodes' wait plus STEP_MARGIN_S is killed,
-and the JSON lines the nodes printed until then are kept: the ranks of the nodes that answered
-are reported, with one line saying what is missing.
+Where it sits: the CLI's edge (launcher.cli ``stacks``) -> **this step** -> the kit's collector
+(launcher.node.stacks ``node``) on every node, as launcher.features.hangs renders it for the
+jobscript too (``stacks_srun``). It runs srun and squeue; launcher.cli prints what it returns
+and turns its SubmitError into one line. A step that runs past the nodes' wait plus
+STEP_MARGIN_S is killed, and the JSON lines the nodes printed until then are kept: the ranks of
+the nodes that answered are reported, with one line saying what is missing.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import sys
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from launcher import kit
-from launcher.hangs_script import seconds_text, stacks_srun
+from launcher.features.hangs import seconds_text, stacks_srun
+from launcher.model import SubmitError
 from launcher.node.stacks import child_output
 from launcher.shell import Var, resolve
-from launcher.submit import SubmitError
 
 # How long the srun may run beyond the nodes' own wait (starting the step on every node,
 # printing) before it is killed and what the nodes printed so far is reported.
@@ -28,6 +28,8 @@ STEP_MARGIN_S = 120
 
 
 class StacksStep(NamedTuple):
+    """`jsc-compose stacks`: what the step across the job's nodes got."""
+
     text: str  # the JSON lines the nodes printed (those read before a timeout)
     nodes: int
     timed_out_s: Optional[float]  # the limit the step ran into, None when it ended

@@ -1,5 +1,6 @@
 """The venv path of JSC's ml-dist guide, for sites without containers: a batch script that
-builds ``site.venv`` on a compute node, and the check a run job makes against that build.
+builds ``site.venv`` on a compute node (the check a run job makes against that build is the
+site feature's, launcher.features.site ``check_lines``).
 
 Where it sits: spec -> **venvjob** (render_venv_job: pure text) -> submit. The build runs
 where the job will run, after ``module purge`` and with the spec's ``site.modules`` loaded,
@@ -25,13 +26,12 @@ from pathlib import PurePosixPath
 from typing import List, Optional, Sequence
 
 from launcher import __version__
-from launcher.model import JobSpec, Site, SpecError
+from launcher.features.site import MODULES_FILE
+from launcher.model import JobSpec, SpecError, SubmitError
 from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, expansion, \
     expansion_names, expansion_parts, join, literal_or_word, render_statement, require_vars, \
     sbatch_quote, word
-from launcher.submit import SubmitError
 
-MODULES_FILE = ".jsc-modules"
 PROXIES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 # Horovod compiles against torch and the site's NCCL: it must see the venv's torch, so no
 # build isolation, and no cached wheel built against another NCCL.
@@ -42,15 +42,6 @@ def default_requirements(spec: JobSpec) -> str:
     """site.venv_build.requirements, else requirements.txt beside the spec."""
     given = spec.site.venv_build.requirements
     return given or posixpath.join(posixpath.dirname(spec.source), "requirements.txt")
-
-
-def check_lines(site: Site) -> List[Statement]:
-    """Run job: warn (stderr, one line) when VENV was built with other modules than these."""
-    if not site.venv:
-        return []
-    record = posixpath.join(site.venv, MODULES_FILE)
-    # launcher/node/job.sh jsc_venv_check: the one line, where the record differs.
-    return [Raw(join(["jsc_venv_check", expansion(record), "\n".join(site.modules)]))]
 
 
 def _sbatch_lines(spec: JobSpec) -> List[str]:

@@ -1,17 +1,18 @@
 """``preview``: what each node of a hypothetical allocation would run, for any launch mode.
 
-Where it sits: spec -> modes (plan) -> **preview** text. Pure: the plan's tokens are
-resolved in Python (launcher.shell.resolve), so preview and jobscript cannot disagree.
+Where it sits: spec -> plan (launcher.plan, purpose ``preview``) -> **preview** text. Pure:
+the plan's tokens are resolved in Python (launcher.shell.resolve), so preview and jobscript
+cannot disagree.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from launcher.internode import preview_endpoint
+from launcher.features.site import preview_endpoint
 from launcher.model import JobSpec
-from launcher.modes import mode_for, plan_launch
 from launcher.modes.common import rdzv_timeouts
+from launcher.plan import build_plan
 from launcher.shell import resolve
 from launcher.slurm import expand_nodelist, rdzv_port
 
@@ -21,10 +22,10 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     """What each node of a hypothetical allocation would run, with node rank and is_host.
 
     ``system``: the $SYSTEMNAME to show the inter-node name for, where the site's rule
-    picks it per system (launcher.internode); None, or one the rule does not list: every
+    picks it per system (launcher.features.site); None, or one the rule does not list: every
     system's name is listed and the node lines show ${rdzv_host}."""
-    runtime, plan = plan_launch(spec)
-    mode = mode_for(spec.launch.mode)
+    job = build_plan(spec, "preview")
+    plan, mode = job.launch, job.mode
     nodes = expand_nodelist(nodelist)
     port = spec.launch.rdzv_port or rdzv_port(job_id)
     host, endpoint = preview_endpoint(spec.site, nodes[0], port, job_id, system)
@@ -43,7 +44,7 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
         lines.append(f"# (or the next port up that nothing on {nodes[0]} listens on yet, "
                      "checked when the job starts)")
     lines.append("# started by: " + " ".join(resolve(plan.starter, values)))
-    setup = runtime.setup_step()
+    setup = job.setup
     if setup:
         lines.append("# once per node first: " + " ".join(resolve(setup, values)))
     for node_rank, node in enumerate(nodes):

@@ -1,7 +1,10 @@
-"""The thin edge that touches the machine: write a rendered script, call sbatch, read labels.
+"""The submit stage, the thin edge that touches the machine: write a rendered script and call
+sbatch (here), run the doctor's job and read its reports (``doctor``), run `jsc-compose
+stacks`' step across a running job's nodes (``stacks``).
 
-Where it sits: spec -> render -> **submit**. Everything above is pure; this module alone
-writes files and runs processes, and raises SubmitError instead of exiting.
+Where it sits: spec (load) -> plan -> render (text) -> **submit**. Everything above is pure;
+this package alone (with launcher.submitit, which hands a plan to submitit) writes files and
+runs processes, and raises SubmitError instead of exiting.
 """
 
 from __future__ import annotations
@@ -14,13 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
-from launcher.model import JobSpec, SpecError
+from launcher.model import JobSpec, SpecError, SubmitError
 from launcher.shell import Var, expansion_parts
-from launcher.spec_site import site_warnings
-
-
-class SubmitError(Exception):
-    """Writing or submitting failed; str() is one line for the CLI."""
 
 
 def write_script(text: str, path: str) -> None:
@@ -80,10 +78,9 @@ def local_image_path(image: str, env: Mapping[str, str], cwd: str) -> Optional[s
 
 def submit_warnings(spec: JobSpec, env: Mapping[str, str], cwd: str,
                     submitting: bool = False) -> List[str]:
-    """Lines for stderr: an image file missing where the spec says, a node-local submit
-    directory (the compute nodes cannot see it: the job would die without a log), and the
-    site profile's warnings (spec_site.site_warnings)."""
-    out = site_warnings(spec)
+    """Lines for stderr: an image file missing where the spec says, and a node-local submit
+    directory (the compute nodes cannot see it: the job would die without a log)."""
+    out: List[str] = []
     image = spec.runtime.image
     path = None if image is None or spec.runtime.kind == "bare" else \
         local_image_path(image, env, cwd)
@@ -122,3 +119,7 @@ def sbatch(script: str, extra: Sequence[str] = (), timeout: float = 60.0) -> str
     if not job_id.isdigit():
         raise SubmitError(f"sbatch {script}: unexpected answer {done.stdout.strip()!r}")
     return job_id
+
+
+__all__ = ["SubmitError", "check_log_dirs", "local_image_path", "sbatch", "submit_warnings",
+           "write_script"]

@@ -1,10 +1,11 @@
-"""CPU placement: how many CPUs the job asks for and how srun shares them among its tasks.
+"""Feature placement: the job's geometry on the nodes: how many CPUs the job asks for and
+how srun shares them among its tasks, the node count and the task count.
 
-Where it sits: spec -> modes (plans) -> **placement** (lines and #SBATCH options for jobscript) ->
-text. Pure. Sites bind every task to the CPUs Slurm gave it (task/affinity, task/cgroup,
-psslurm), and a task's workers inherit that mask: a one-agent-per-node launcher (torchrun_jsc,
-accelerate, ...) that got one CPU runs all its workers, and their DataLoader workers, on one
-hardware thread, with no error anywhere. So:
+Where it sits: spec -> modes (plans) -> **placement** (the job plan's #SBATCH --exclusive and
+the first lines of its geometry paragraph) -> text. Pure. Sites bind every task to the CPUs
+Slurm gave it (task/affinity, task/cgroup, psslurm), and a task's workers inherit that mask:
+a one-agent-per-node launcher (torchrun_jsc, accelerate, ...) that got one CPU runs all its
+workers, and their DataLoader workers, on one hardware thread, with no error anywhere. So:
 
 - the job asks for CPUs: ``job.cpus_per_task`` if set, else whole nodes (``--exclusive``,
   what JSC allocates anyway), unless the spec sets ``job.sbatch.exclusive`` itself;
@@ -27,10 +28,16 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+from launcher.features.base import Context, Feature, SbatchOption
 from launcher.model import JobSpec
-from launcher.modes import mode_for
+from launcher.modes import LaunchMode
 from launcher.shell import Raw, Statement
 
+# submitit writes its own srun line and quotes its srun_args, so a count known only at run
+# time cannot go on it: srun's input variables carry it, SLURM_CPUS_PER_TASK (Slurm >= 23.11,
+# and before 22.05) and SRUN_CPUS_PER_TASK (22.05, 23.02). No mpirun runs there, which would
+# read SLURM_CPUS_PER_TASK as well (Open MPI divides its slots by it).
+SUBMITIT_CPU_NAMES = ("SLURM_CPUS_PER_TASK", "SRUN_CPUS_PER_TASK")
 
 
 def exclusive_default(spec: JobSpec) -> Optional[Tuple[str, Optional[str]]]:
@@ -82,11 +89,18 @@ def cpu_lines(spec: JobSpec, srun_tasks_per_node: int, launch_srun: bool = True,
     return out + ([] if launch_srun else [MPIRUN_NOTE])
 
 
-def placement_warnings(spec: JobSpec) -> List[str]:
+def node_count_lines() -> List[Statement]:
+    """Batch scope: $nnodes, which every per-node srun (launcher.runtimes.node_srun) uses."""
+    return [Raw("# The allocation gives the node count (#SBATCH --nodes is its only source) and "
+                "the first node."),
+            Raw('nnodes="$SLURM_JOB_NUM_NODES"')]
+
+
+def placement_warnings(spec: JobSpec, mode: LaunchMode) -> List[str]:
     """Specs that would put several workers on one core: one line each, for `check`."""
     job, launch = spec.job, spec.launch
     # One agent per node starts procs_per_node workers (torchrun_jsc, accelerate, ...).
-    if not mode_for(launch.mode).one_agent or launch.procs_per_node < 2:
+    if not mode.one_agent or launch.procs_per_node < 2:
         return []
     per_node = launch.procs_per_node
     if job.cpus_per_task is not None and job.cpus_per_task < per_node:
@@ -100,4 +114,34 @@ def placement_warnings(spec: JobSpec) -> List[str]:
     return []
 
 
-__all__ = ["cpu_lines", "exclusive_default", "one_thread_per_core", "placement_warnings"]
+class PlacementFeature(Feature):
+    name = "placement"
+
+    def sbatch(self, ctx: Context) -> List[SbatchOption]:
+        exclusive = exclusive_default(ctx.spec)
+        return [exclusive] if exclusive is not None else []
+
+    def geometry(self, ctx: Context) -> List[Statement]:
+        """The CPUs of each srun, the node count, and the task count where the mode uses it."""
+        launch = ctx.launch
+        if ctx.purpose == "submitit":
+            out = cpu_lines(ctx.spec, launch.srun_tasks_per_node,
+                            export_names=SUBMITIT_CPU_NAMES)
+        else:
+            node_sruns = bool(ctx.runtime.setup_step()) or ctx.purpose == "doctor" \
+                or ctx.spec.launch.preflight is not None
+            out = cpu_lines(ctx.spec, launch.srun_tasks_per_node,
+                            launch_srun=not launch.via_mpirun, node_sruns=node_sruns)
+        out += node_count_lines()
+        if launch.ntasks:
+            out.append(Raw(f"ntasks=$((nnodes * {launch.tasks_per_node}))"))
+        return out
+
+    def warnings(self, spec: JobSpec, mode: LaunchMode) -> List[str]:
+        return placement_warnings(spec, mode)
+
+
+PLACEMENT = PlacementFeature()
+
+__all__ = ["PLACEMENT", "SUBMITIT_CPU_NAMES", "cpu_lines", "exclusive_default",
+           "node_count_lines", "one_thread_per_core", "placement_warnings"]

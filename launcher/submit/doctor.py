@@ -1,7 +1,8 @@
-"""`python -m launcher doctor SPEC`: run the doctor's script on real nodes, get the reports.
+"""`jsc-compose doctor SPEC`: run the doctor's script on real nodes, get the reports.
 
-Where it sits: spec -> jobscript text (``render_jobscript(doctor=True)``: the job's own
-set-up, then the doctor's step) -> **run** -> launcher.node.doctor.report (table or JSON).
+Where it sits: spec -> plan (purpose ``doctor``: the job's own set-up, then the checks of
+launcher.features.preflight) -> text -> **submit.doctor** -> launcher.node.doctor.report
+(table or JSON).
 Inside an allocation (``SLURM_JOB_ID`` set, e.g. under ``salloc``) the script runs here with
 bash and its srun uses the allocation; otherwise it is submitted as a short job with the
 spec's geometry (sbatch options pass through) and this waits for it, polling squeue.
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from launcher.node.doctor.report import RESULT_MARK
-from launcher.submit import SubmitError, sbatch
+from launcher.model import SubmitError
+from launcher.submit import sbatch
 
 # Gentle on slurmctld, which every user shares: the first looks come quickly (the doctor's
 # job itself takes seconds), then the pause doubles up to POLL_MAX_S. Fifteen minutes in the
