@@ -63,6 +63,7 @@ class Job:
     sbatch: Tuple[Tuple[str, Optional[str]], ...] = ()
     sbatch_off: Tuple[str, ...] = ()  # options the spec switched off (`false`)
     requeue: Optional[Requeue] = None
+    spare_nodes: int = 0  # beyond `nodes`, waiting (launcher.features.spare)
     arch: Optional[str] = None  # the partition's: x86_64 | aarch64 (check --image compares)
 
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from launcher import __version__, kit
 from launcher.features import FEATURES, PURPOSES, Context
+from launcher.features.spare import allocated_nodes
 from launcher.model import JobSpec
 from launcher.modes import LaunchMode, Plan, Step, mode_for, plan_launch
 from launcher.runtimes import ContainerRuntime, runtime_for
@@ -87,7 +88,7 @@ def settle_signal(options: List[SbatchLine]) -> List[SbatchLine]:
 def _job_options(spec: JobSpec, launch: Plan) -> List[SbatchLine]:
     job = spec.job
     given: Dict[str, Optional[str]] = {
-        "job-name": job.name, "nodes": str(job.nodes),
+        "job-name": job.name, "nodes": str(allocated_nodes(job)),
         "ntasks-per-node": str(launch.tasks_per_node), "output": job.output,
         "time": job.time, "partition": job.partition, "account": job.account,
         "error": job.error,
@@ -145,6 +146,9 @@ def build_plan(spec: JobSpec, purpose: str = "submit", kit_dir: Optional[str] = 
         forwards=[n for f in FEATURES for n in f.forwards(spec, purpose)])
     launch = _submitit_launch(spec) if purpose == "submitit" else plan_launch(spec, runtime)[1]
     ctx = Context(spec=spec, purpose=purpose, runtime=runtime, mode=mode, launch=launch)
+    for f in FEATURES:  # the launch as the features run it (spare: one step per node)
+        launch = replace(launch, step=f.launch_step(ctx, launch.step))
+        ctx = replace(ctx, launch=launch)
 
     options = _job_options(spec, launch) + [
         SbatchLine(k, v, f.name) for f in FEATURES for k, v in f.sbatch(ctx)]

@@ -7,6 +7,8 @@
 #                                     # another N is grown or shrunk to N in place
 #   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridge
 #   bash scripts/cluster.sh status    # sinfo
+#   bash scripts/cluster.sh kill-node NODE    # NODE dies as hardware dies (below)
+#   bash scripts/cluster.sh revive-node NODE  # NODE back: network, slurmd, resumed in Slurm
 #
 # Strict like a real site (a test that passes only because the lab is kinder than a cluster
 # is a defect of the lab):
@@ -70,6 +72,8 @@ lab_user=jwbuser  # the ordinary user who submits jobs beside root
 lab_account=lab
 db_port=16033  # the lab's own MariaDB, loopback only; not 3306, so a site's MySQL is never touched
 hosts_style=${JWB_CLUSTER_HOSTS:-debian}
+slurmd_timeout=30  # a tenth of the sites' 300 s (write_configs says why)
+message_timeout=10  # Slurm's default: RPCs on a loaded 2-core machine need it
 
 die() { echo "$prog: $*" >&2; exit 1; }
 node_name() { printf 'jwb%04d\n' "$1"; }
@@ -227,7 +231,6 @@ write_configs() {  # write_configs N SITES
         echo "SelectTypeParameters=CR_Core"
         echo "SchedulerParameters=sched_interval=2,sched_min_interval=0,batch_sched_delay=0"
         echo "SlurmdParameters=config_overrides"
-        echo "ReturnToService=2"
         # Every task of every step carries an MPI rank variable, as on real sites that set
         # MpiDefault=pmix (PMIX_RANK, ...): a kit that took a per-node agent for a rank because
         # of it (issue 26) fails here. psslurm's PMI_RANK is not played by a TaskProlog: under
@@ -237,8 +240,22 @@ write_configs() {  # write_configs N SITES
         echo "KillWait=2"
         echo "InactiveLimit=0"
         echo "MinJobAge=300"
+        # How Slurm notices a dead node (scripts/cluster.sh kill-node): slurmctld pings each
+        # slurmd every SlurmdTimeout/3 s and sets one that has not answered for SlurmdTimeout
+        # s DOWN ("Not responding"), which ends a job on it (or, with --no-kill, its steps
+        # there). Sites start from Slurm's configurator template: SlurmdTimeout=300,
+        # SlurmctldTimeout=120, MessageTimeout 10, TCPTimeout 2 (the slurm.conf man page's
+        # defaults); the lab runs the node timeouts a tenth as long (a node dead for 30 s is
+        # DOWN, as one dead for 300 s on a site) and keeps the per-message ones: an RPC on a
+        # loaded 2-core machine needs them. The kit's own heartbeat (job.spare_nodes) must find a lost node
+        # well before this (docs/guide/spare-nodes.md); torch's rendezvous drops a silent
+        # agent after 15 s (keep-alive every 5 s, 3 misses).
         echo "SlurmctldTimeout=30"
-        echo "SlurmdTimeout=30"
+        echo "SlurmdTimeout=$slurmd_timeout"
+        echo "MessageTimeout=$message_timeout"
+        echo "TCPTimeout=2"
+        # A node that was DOWN comes back when its slurmd registers again (revive-node).
+        echo "ReturnToService=2"
         echo "GresTypes=gpu"
         while read -r site k; do
             echo "NodeName=$(site_node "$site" "$k") NodeHostname=$(site_hostname "$site" "$k")" \
@@ -681,7 +698,78 @@ cmd_status() {
     sinfo
 }
 
-[ $# -ge 1 ] || die "usage: $0 up [N] | down | status"
+# --- A node that dies as hardware dies (docs/development/cluster.md, "Killing a node") ---------
+# kill-node: the node's links on the bridge go down first (so that nothing the dying processes'
+# kernel sends, FIN or RST, reaches a peer: peers see silence, as with a dead node or a dead
+# port), then every process of its namespace gets SIGKILL at once (slurmd, slurmstepd, the job's
+# tasks and containers), until none is left. Slurm is told nothing: it notices by its own
+# SlurmdTimeout, as it would on a site. revive-node: links up, slurmd started again, the node
+# resumed in Slurm if Slurm had marked it down. A killed node is recorded in $state/killed/NODE.
+
+node_site_k() {  # node_site_k NODE: "SITE K" of a node of the running layout, or fail
+    local site k
+    [ -s "$state/nodes" ] || die "cluster is not up"
+    while read -r site k; do
+        if [ "$(site_node "$site" "$k")" = "$1" ]; then echo "$site $k"; return 0; fi
+    done < <(lab_nodes "$(cat "$state/nodes")" "$(cat "$state/sites" 2>/dev/null)")
+    die "no node '$1' in this lab (nodes: $(lab_nodes "$(cat "$state/nodes")" \
+        "$(cat "$state/sites" 2>/dev/null)" | node_names | paste -sd ' ' -))"
+}
+
+cmd_kill_node() {  # kill-node NODE
+    local name=${1:-} site k host_if pids count=0 round
+    [ -n "$name" ] || die "usage: $0 kill-node NODE"
+    read -r site k < <(node_site_k "$name")
+    [ -e "/run/netns/$name" ] || die "node $name has no network namespace: run '$0 up' first"
+    # (a marker left from before an `up`, which restarts a killed node's slurmd, is stale)
+    [ ! -e "$state/killed/$name" ] || pid_alive "$state/slurmd-$name.pid" slurmd ||
+        die "node $name is already killed: $0 revive-node $name"
+    for host_if in $(site_host_ifs "$site" "$k"); do ip link set "$host_if" down; done
+    for round in $(seq 50); do  # processes that fork while we kill: again until none is left
+        pids=$(ip netns pids "$name" 2>/dev/null | tr '\n' ' ')
+        [ -n "${pids// }" ] || break
+        [ "$round" -gt 1 ] || count=$(wc -w <<<"$pids")
+        # shellcheck disable=SC2086
+        kill -KILL $pids 2>/dev/null || true
+        sleep 0.1
+    done
+    [ -z "$(ip netns pids "$name" 2>/dev/null)" ] || die "processes of $name survived SIGKILL"
+    rm -f "$state/slurmd-$name.pid"
+    mkdir -p "$state/killed"
+    date +%s >"$state/killed/$name"
+    echo "$prog: killed $name at $(date +%H:%M:%S): $count processes, links down" \
+         "($(site_host_ifs "$site" "$k")); Slurm notices by SlurmdTimeout=$slurmd_timeout s;" \
+         "back with: $0 revive-node $name"
+}
+
+node_state() {  # node_state NODE: Slurm's state of NODE (e.g. idle, down*, allocated)
+    sinfo -h -N -n "$1" -o '%t' 2>/dev/null | head -n 1
+}
+
+cmd_revive_node() {  # revive-node NODE
+    local name=${1:-} site k host_if state_now
+    [ -n "$name" ] || die "usage: $0 revive-node NODE"
+    read -r site k < <(node_site_k "$name")
+    setup_node_net "$site" "$k"  # idempotent: the links up again
+    if ! pid_alive "$state/slurmd-$name.pid" slurmd; then
+        run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
+            "$(site_hostname "$site" "$k")" slurmd -D -N "$name"
+    fi
+    # ReturnToService=2 returns a down node when its slurmd registers; one that Slurm drained
+    # meanwhile (or that was down for another reason) is resumed here.
+    wait_until 60 sh -c "sinfo -h -N -n '$name' -o '%t' | grep -qvE '^\$|\\*\$'" ||
+        die "slurmd of $name did not register in 60 s (log: $state/log/slurmd-$name.log)"
+    state_now=$(node_state "$name")
+    case $state_now in
+        down*|drain*|fail*) scontrol update "NodeName=$name" State=RESUME ;;
+    esac
+    wait_until 60 sh -c "sinfo -h -N -n '$name' -o '%t' | grep -qE '^(idle|mix|alloc|comp)\$'" ||
+        die "node $name is $(node_state "$name") in Slurm, not usable, 60 s after its slurmd started"
+    rm -f "$state/killed/$name"
+    echo "$prog: revived $name at $(date +%H:%M:%S): links up, slurmd registered, $(node_state "$name")"
+}
+
+[ $# -ge 1 ] || die "usage: $0 up [N] | down | status | kill-node NODE | revive-node NODE"
 [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd); rerun with sudo"
 # One cluster operation at a time (a test session and `make demo` may race). Every daemon is
 # started with fd 9 closed: one that inherited it would hold the lock for as long as it runs.
@@ -691,5 +779,7 @@ case $1 in
     up) shift; cmd_up "$@" ;;
     down) cmd_down ;;
     status) cmd_status ;;
-    *) die "unknown command '$1': usage: $0 up [N] | down | status" ;;
+    kill-node) shift; cmd_kill_node "$@" ;;
+    revive-node) shift; cmd_revive_node "$@" ;;
+    *) die "unknown command '$1': usage: $0 up [N] | down | status | kill-node NODE | revive-node NODE" ;;
 esac

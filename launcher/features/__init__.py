@@ -37,10 +37,12 @@ from launcher.features.placement import PLACEMENT
 from launcher.features.preflight import PREFLIGHT
 from launcher.features.requeue import REQUEUE
 from launcher.features.site import SITE
+from launcher.features.spare import SPARE
 
 # The order is the script's: placement's lines before the rendezvous (site's) in the geometry
-# paragraph, site's paragraph before env's (the modules first), the preflight step, the hangs
-# paragraph before the requeue one. The spec's keys are listed in this order too.
-FEATURES: Tuple[Feature, ...] = (PLACEMENT, SITE, ENV, PREFLIGHT, HANGS, REQUEUE)
+# paragraph, spare's split of the node list after site's $first_node, site's paragraph before
+# env's (the modules first), the preflight step, the hangs paragraph before the requeue one.
+# The spec's keys are listed in this order too.
+FEATURES: Tuple[Feature, ...] = (PLACEMENT, SITE, SPARE, ENV, PREFLIGHT, HANGS, REQUEUE)
 
 __all__ = ["FEATURES", "PURPOSES", "Context", "Feature", "Purpose", "SbatchOption"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, List, Literal, Mapping, Optional, Tuple
 
 from launcher.model import Job, JobSpec, Launch
-from launcher.modes import LaunchMode, Plan
+from launcher.modes import LaunchMode, Plan, Step
 from launcher.runtimes import ContainerRuntime
 from launcher.shell import Statement, Token
 from launcher.yamlread import Key, Reader
@@ -99,6 +99,11 @@ class Feature:
 
     def before_launch(self, ctx: Context) -> List[str]:
         return []
+
+    def launch_step(self, ctx: Context, step: Step) -> Step:
+        """The launch as this feature runs it (``step``: the mode's, or the one a feature
+        before this one made of it); the default leaves it as it is."""
+        return step
 
     def verdict(self, ctx: Context) -> Optional[str]:
         """The line after the launch was waited for, which ends the script (None: this

@@ -349,6 +349,7 @@ jsc_requeue_setup() {  # SIGNAL MAX scancel|kill
     rm -f -- "$REQUEUE_MARKER"
     # Slurm counts requeues in SLURM_RESTART_COUNT, psslurm (JSC) in SLURM_JOB_RESTART_COUNT.
     restart_count="${SLURM_RESTART_COUNT:-${SLURM_JOB_RESTART_COUNT:-0}}"
+    jsc_requeue_max=$2
     echo "job ${SLURM_JOB_ID}: attempt $((restart_count + 1)), requeued at most $2 times"
     launch_pid=""
     jsc_requeue_signalled=0
@@ -425,4 +426,38 @@ jsc_requeue_verdict() {  # SIGNAL MAX
             "with: sbatch ${jobscript:-this jobscript}" >&2
         exit 75
     fi
+}
+
+# --- Spare nodes (job.spare_nodes; launcher/node/spares.py, docs/guide/spare-nodes.md) -------
+# The first TRAIN nodes of the allocation train (the first of them is this one, the batch host:
+# it runs the rendezvous store and the supervisor), the others wait: nothing runs there until
+# one takes the place of a lost node. ntrain: torchrun's --nnodes (the world stays this size);
+# nnodes stays the allocation's, so that the per-node set-up reaches the spares too.
+jsc_spare_nodes() {  # TRAIN
+    local count
+    count=$(grep -c . <<<"$hostnames")
+    if [ "$count" -le "$1" ]; then
+        echo "jsc-compose: the allocation has $count nodes, job.spare_nodes needs more than" \
+            "the $1 that train" >&2
+        return 1
+    fi
+    ntrain=$1
+    train_nodes=$(head -n "$1" <<<"$hostnames" | paste -sd, -)
+    spare_nodes=$(tail -n +"$(($1 + 1))" <<<"$hostnames" | paste -sd, -)
+    echo "job ${SLURM_JOB_ID}: training on ${train_nodes//,/ }; waiting as spares:" \
+        "${spare_nodes//,/ }"
+}
+
+# The launch with spares: one srun step per training node (SRUN... without a node list; the
+# supervisor names each node), a node whose heartbeat stopped for TIMEOUT s replaced by a spare.
+# Where the batch host is lost (Slurm keeps a --no-kill job without its script running until
+# its time limit), the nodes end the job: requeue it where job.requeue has requeues left.
+jsc_spares_launch() {  # TIMEOUT SRUN...
+    TORCHRUN_JSC_HOST_LOST=cancel
+    if [ -n "${REQUEUE_MARKER:-}" ] && [ "${restart_count:-0}" -lt "${jsc_requeue_max:-0}" ]; then
+        TORCHRUN_JSC_HOST_LOST=requeue
+    fi
+    export TORCHRUN_JSC_HOST_LOST
+    python3 -I "$kit/node/run.py" spares run "$SLURM_JOB_ID" "$1" "$rdzv_host" "$train_nodes" \
+        "$spare_nodes" -- "${@:2}"
 }

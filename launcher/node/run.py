@@ -18,6 +18,8 @@ value is the exit status):
 - ``stacks node|report|watch ...``: the stack collector, its report, the progress watcher
   (launcher.node.stacks).
 - ``doctor node|table|json ...``: the doctor's per-node checks and report.
+- ``spares run|beat ...``: spare nodes (job.spare_nodes): the supervisor in the batch shell
+  that replaces a node whose heartbeat stopped, and each node's heartbeat (launcher.node.spares).
 """
 
 import importlib
@@ -33,6 +35,7 @@ COMMANDS = {
     "image-arch": ("launcher.node.image_arch", "main"),
     "stacks": ("launcher.node.stacks", "main"),
     "doctor": ("launcher.node.doctor.report", "main"),
+    "spares": ("launcher.node.spares", "main"),
 }
 
 

@@ -47,10 +47,19 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     setup = job.setup
     if setup:
         lines.append("# once per node first: " + " ".join(resolve(setup, values)))
-    for node_rank, node in enumerate(nodes):
+    spare = spec.job.spare_nodes if len(nodes) > spec.job.spare_nodes else 0
+    train = nodes[:len(nodes) - spare]
+    values["ntrain"] = str(len(train))
+    if spare:
+        lines.append(f"# job.spare_nodes: {len(train)} train, {spare} wait as spares (one "
+                     "takes the place of a training node whose heartbeat stops)")
+    for node_rank, node in enumerate(train):
         is_host = "yes" if node_rank == 0 else "no"
         lines.append(f"node {node_rank} {node}: node_rank={node_rank} is_host={is_host}")
-        lines += mode.preview_node(spec, plan, node_rank, len(nodes), values)
+        lines += mode.preview_node(spec, plan, node_rank, len(train), values)
+    for node in nodes[len(train):]:
+        lines.append(f"spare {node}: waits; runs the per-node line above when it takes a "
+                     "lost node's place")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,165 @@
+"""Ring 2: the spare-node supervisor (launcher/node/spares.py) with a local stand-in for srun.
+
+The stand-in runs each step here with SLURMD_NODENAME=NODE (from the --nodelist the supervisor
+puts after srun); the heartbeats are real UDP datagrams over loopback. A node is "lost" when its
+task stops its heartbeat process with SIGSTOP: the step still runs, the heartbeats stop, as
+when a node's network is gone. The real thing, a killed lab node, is tests/lab/test_spare_nodes.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = [sys.executable, "-I", str(REPO / "launcher/node/run.py")]
+
+FAKE_SRUN = """#!/bin/bash
+# srun --nodelist=NODE ARGV...: the step, here, on "NODE", in a process group of its own that
+# SIGTERM ends (the real srun passes it to the step's tasks); on a node in $DEAD none starts
+# (srun: error: Node failure) and srun ends with 0, as Slurm 24.11's did in the lab
+node=${1#--nodelist=}; shift
+if [[ " ${DEAD:-} " == *" $node "* ]]; then echo "srun: error: Node failure on $node" >&2; exit 0; fi
+SLURMD_NODENAME="$node" setsid "$@" &
+step=$!
+trap 'kill -KILL -- "-$step"' TERM
+wait "$step"
+wait "$step"
+"""
+
+# The agent's stand-in: prints its node and slot; LOSE (a node name) stops its own heartbeat
+# there; FAIL=NODE:STATUS ends there with STATUS; else it runs for HOLD seconds.
+TASK = r"""
+import os, signal, sys, time
+node, rank = os.environ["SLURMD_NODENAME"], os.environ["TORCHRUN_JSC_NODE_RANK"]
+print("TASK", node, rank, os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"), os.getppid(),
+      flush=True)
+if os.environ.get("LOSE") == node:
+    os.kill(os.getppid(), signal.SIGSTOP)  # the heartbeat stops, the step runs on
+fail_node, _, status = os.environ.get("FAIL", "").partition(":")
+if fail_node == node:
+    sys.exit(int(status))
+time.sleep(float(os.environ.get("HOLD", "3")))
+"""
+
+
+def supervise(tmp_path: Path, train: str, spares: str, **env: str) -> subprocess.CompletedProcess:
+    srun = tmp_path / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    argv = [*RUN, "spares", "run", "42", "4", "127.0.0.1", train, spares, "--",
+            str(srun), *RUN, "spares", "beat", "--", sys.executable, "-c", TASK]
+    full_env = {k: v for k, v in os.environ.items() if k != "REQUEUE_MARKER"}
+    full_env.update(env)
+    # Output to files, not pipes: the lost node's stopped heartbeat keeps them open.
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=full_env)
+        rc = proc.wait(timeout=120)
+    p = subprocess.CompletedProcess(argv, rc, (tmp_path / "out").read_text(),
+                                    (tmp_path / "err").read_text())
+    for line in p.stdout.splitlines():  # the lost node's stopped heartbeat: ours to end
+        words = line.split()
+        if words[:2] == ["TASK", env.get("LOSE")]:
+            try:
+                os.kill(int(words[-1]), signal.SIGKILL)
+            except ProcessLookupError:  # the stand-in for srun ended it
+                pass
+    return p
+
+
+def test_a_silent_node_is_replaced_by_the_spare_in_its_slot(tmp_path):
+    p = supervise(tmp_path, "n1,n2", "n3", LOSE="n2")
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert "TASK n1 0 1 " in out and "TASK n2 1 1 " in out, out
+    lost = [line for line in out.splitlines() if "lost at" in line]
+    assert len(lost) == 1 and lost[0].startswith("job 42: node n2 lost at "), out
+    assert re.search(r"UTC: no heartbeat for [45] s$", lost[0]), out
+    assert "job 42: spare n3 takes the place of n2 (node rank 1; 0 spares left)" in out, out
+    assert "TASK n3 1 1 " in out, out  # the spare in the lost node's slot, rank 1
+
+
+def test_no_spare_left_writes_the_requeue_marker_and_stops_the_others(tmp_path):
+    marker = tmp_path / "stopped"
+    p = supervise(tmp_path, "n1,n2", "", LOSE="n2", HOLD="60", REQUEUE_MARKER=str(marker))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "job 42: node n2 lost at " in p.stdout, p.stdout
+    assert "no spare left for n2: the steps of the other nodes were stopped" in p.stdout
+    assert marker.read_text() == ("node n2 lost, no spare left: resumed from the last periodic "
+                                  "checkpoint\n")
+
+
+def test_no_spare_and_no_requeue_ends_the_job_with_1(tmp_path):
+    p = supervise(tmp_path, "n1,n2", "", LOSE="n2", HOLD="60")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "no spare left for n2 (job.requeue not set: the job ends)" in p.stdout, p.stdout
+
+
+def test_a_failed_step_ends_the_others_with_its_status(tmp_path):
+    p = supervise(tmp_path, "n1,n2", "n3", FAIL="n2:3", HOLD="60")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "job 42: the step on n2 ended with status 3" in p.stdout, p.stdout
+    assert "lost at" not in p.stdout and "TASK n3" not in p.stdout, p.stdout
+
+
+def test_beat_passes_the_agents_status_on_and_survives_the_steps_signals(tmp_path):
+    code = ("import os, signal, time; os.kill(os.getppid(), signal.SIGUSR2); "
+            "os.kill(os.getppid(), signal.SIGTERM); time.sleep(0.5); raise SystemExit(7)")
+    p = subprocess.run([*RUN, "spares", "beat", "--", sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 7, p.stderr
+
+
+def test_usage_error_is_one_line():
+    p = subprocess.run([*RUN, "spares", "run", "42"], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "usage:" in p.stderr, p.stderr
+
+
+def test_a_spare_whose_step_never_started_is_lost_too(tmp_path):
+    """n2 goes silent; the spare n3 is dead as well (its srun ends at once, status 0, no
+    heartbeat ever): lost too; n4 takes the slot."""
+    p = supervise(tmp_path, "n1,n2", "n3,n4", LOSE="n2", DEAD="n3")
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert "job 42: spare n3 takes the place of n2 (node rank 1; 1 spare left)" in out, out
+    assert re.search(r"job 42: node n3 lost at .*: its step ended \(status 0\) before its "
+                     r"first heartbeat", out), out
+    assert "job 42: spare n4 takes the place of n3 (node rank 1; 0 spares left)" in out, out
+    assert "TASK n4 1 1 " in out, out
+
+
+def test_a_node_ends_the_job_when_the_batch_host_stops_answering(tmp_path):
+    """The supervisor (here the test) answers two heartbeats, then goes silent as a dead batch
+    host: after the host timeout the node requeues the job (a stand-in scontrol records it)
+    and one line says why; the agent (a sleep) runs on until it ends by itself."""
+    import socket as socketlib
+
+    (tmp_path / "scontrol").write_text('#!/bin/sh\necho "$@" >>"${0%/*}/called"\n')
+    (tmp_path / "scontrol").chmod(0o755)
+    sock = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(5)
+    env = dict(os.environ, TORCHRUN_JSC_BEAT=f"127.0.0.1:{sock.getsockname()[1]}",
+               SLURM_JOB_ID="42", SLURMD_NODENAME="n2", TORCHRUN_JSC_HOST_LOST="requeue",
+               PATH=f"{tmp_path}:{os.environ['PATH']}")
+    code = ("import sys; from launcher.node.spares import beat; "
+            "sys.exit(beat([sys.executable, '-c', 'import time; time.sleep(5)'], "
+            "host_timeout=1.5))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    for _ in range(2):
+        data, addr = sock.recvfrom(512)
+        assert data.decode().startswith("n2 "), data
+        sock.sendto(b"ok", addr)
+    _, err = proc.communicate(timeout=60)
+    sock.close()
+    assert proc.returncode == 0, err
+    assert re.search(r"^job 42: node n2: the batch host 127.0.0.1 has not answered for \d s at "
+                     r".*: it is lost with the job's script and rendezvous store; requeueing "
+                     r"the job \(scontrol requeue 42\)$", err, re.M), err
+    assert (tmp_path / "called").read_text() == "requeue 42\n"

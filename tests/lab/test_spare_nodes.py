@@ -1,0 +1,204 @@
+"""Ring 3: job.spare_nodes on the lab: a node killed as hardware dies (cluster.sh kill-node)
+costs a heartbeat timeout and a re-rendezvous, not a requeue.
+
+One job per case, torchrun mode, examples/ddp_train.py unchanged (2 nodes x 2 ranks, a
+checkpoint every 5 steps):
+
+- (Apptainer, Enroot, pyxis) the second training node is killed once the program printed
+  step 10: the job log names the lost node and the spare that took its place, the job
+  completes with no requeue (Restarts 0, the summary's attempt 1), resumed from its last
+  checkpoint, every step after it done once;
+- (Apptainer) with job.requeue, the spare is killed too after it took over: no spare left, so
+  the job ends its steps with the requeue marker and requeues, and the second attempt
+  completes.
+
+Needs three nodes in partition batch (the fixture brings the lab to three when it has fewer).
+Every killed node is revived before the test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import yaml
+
+from launcher.render.jobscript import render_jobscript
+from launcher.spec import parse_spec
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
+TIMEOUT_S = 300
+
+
+def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def three_nodes(cluster) -> None:
+    nodes = set(sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").stdout.split())
+    if len(nodes) < 3:
+        assert sh(*CLUSTER, "down").returncode == 0
+        up = sh(*CLUSTER, "up", "3", timeout=180)
+        assert up.returncode == 0, up.stdout + up.stderr
+
+
+def info(job_id: str) -> Dict[str, str]:
+    return dict(t.split("=", 1) for t in sh("scontrol", "show", "job", "-o", job_id).stdout.split()
+                if "=" in t)
+
+
+def workdir(base: Path) -> Path:
+    (base / "examples").mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "ddp_train.py", base / "examples")
+    (base / "image.sif").symlink_to(REPO / "image.sif")
+    (base / "image.sqsh").symlink_to(REPO / "image.sqsh")
+    (base / "launcher").symlink_to(REPO / "launcher")
+    return base
+
+
+RUNTIMES = {"apptainer": {"kind": "apptainer", "image": "image.sif"},
+            "enroot": {"kind": "enroot", "image": "image.sqsh"},
+            "pyxis": {"kind": "pyxis", "image": "image.sqsh"}}
+
+
+def submit(base: Path, name: str, steps: int, requeue: bool, runtime: str = "apptainer") -> str:
+    data = {"job": {"name": name, "nodes": 2, "spare_nodes": 1, "time": "00:05:00",
+                    "partition": "batch", "gpus_per_node": 2, "node_output": None,
+                    **({"requeue": {"before": 60, "max": 1}} if requeue else {})},
+            "site": "jsc", "runtime": RUNTIMES[runtime],
+            "launch": {"mode": "torchrun"},
+            "program": ["python3", "-u", "examples/ddp_train.py", "--steps", str(steps),
+                        "--step-sleep", "0.2", "--checkpoint-dir", "ckpt",
+                        "--checkpoint-every", "5"]}
+    job = base / f"{name}.job"
+    job.write_text(render_jobscript(parse_spec(yaml.safe_dump(data), f"{name}.yaml")))
+    p = subprocess.run(["sbatch", "--parsable", "-o", str(base / f"{name}.out"), str(job)],
+                       capture_output=True, text=True, cwd=base, timeout=30, check=False)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+def output(base: Path, name: str) -> str:
+    out = base / f"{name}.out"
+    return out.read_text() if out.exists() else ""
+
+
+def wait_for(job_id: str, base: Path, name: str, pattern: str, after: int = 0) -> int:
+    """Until the job's output matches ``pattern`` past offset ``after``: the match's end."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        m = re.compile(pattern, re.M).search(output(base, name), after)
+        if m:
+            return m.end()
+        assert sh("squeue", "-h", "-j", job_id).stdout.strip(), \
+            f"job {job_id} ended before /{pattern}/:\n{output(base, name)}"
+        time.sleep(0.2)
+    raise AssertionError(f"no /{pattern}/ in {TIMEOUT_S} s:\n{output(base, name)}")
+
+
+def wait_gone(job_id: str) -> None:
+    deadline, held = time.monotonic() + TIMEOUT_S, {}
+    while sh("squeue", "-h", "-j", job_id).stdout.strip():
+        assert time.monotonic() < deadline, f"job {job_id} still queued"
+        i = info(job_id)
+        if i.get("JobState") == "PENDING" and i.get("Reason") == "BeginTime":
+            # the credential hold of a requeued job (test_requeue.py says why not at once)
+            since = held.setdefault(i.get("Restarts"), time.monotonic())
+            if time.monotonic() - since > 2:
+                sh("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        time.sleep(0.5)
+
+
+def kill(node: str, killed: List[str]) -> None:
+    p = sh(*CLUSTER, "kill-node", node)
+    assert p.returncode == 0, p.stderr
+    killed.append(node)
+
+
+def revive(killed: List[str]) -> None:
+    for node in killed:
+        p = sh(*CLUSTER, "revive-node", node, timeout=180)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
+def summaries(text: str, prefix: str = "DDP_SUMMARY ") -> List[dict]:
+    return [json.loads(line.split(prefix, 1)[1]) for line in text.splitlines()
+            if line.startswith(prefix)]
+
+
+def steps(text: str) -> List[int]:
+    return [int(n) for n in re.findall(r"^step (\d+) ", text, re.M)]
+
+
+@pytest.mark.parametrize("runtime", list(RUNTIMES))
+def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, shared_tmp,
+                                                                runtime):
+    base, name, total = workdir(shared_tmp), f"spare-{runtime}", 60
+    job_id = submit(base, name, total, requeue=True, runtime=runtime)
+    killed: List[str] = []
+    try:
+        wait_for(job_id, base, name, r"^step 10 ")
+        m = re.search(r"^job \d+: training on (\S+) (\S+); waiting as spares: (\S+)$",
+                      output(base, name), re.M)
+        assert m, output(base, name)
+        train, spare = m.groups()[:2], m.group(3)
+        victim = train[1]
+        kill(victim, killed)
+        wait_gone(job_id)
+    finally:
+        revive(killed)
+    out, i = output(base, name), info(job_id)
+    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
+    lost = re.search(rf"^job {job_id}: node {victim} lost at .*: no heartbeat for (\d+) s$",
+                     out, re.M)
+    assert lost and 10 <= int(lost.group(1)) <= 14, out
+    assert (f"job {job_id}: spare {spare} takes the place of {victim} (node rank 1; "
+            "0 spares left)") in out, out
+    [summary] = summaries(out)
+    assert summary["attempt"] == 1 and summary["world_size"] == 4, summary
+    assert summary["steps"] == total and summary["params_identical"], summary
+    assert sorted(summary["hosts"]) == sorted([train[0], spare]), summary
+    before, after = steps(out[:lost.start()]), steps(out[lost.end():])
+    resumed = summary["resumed_from_step"]
+    # resumed from the last checkpoint written before the loss (rank 0 prints, then saves)
+    assert resumed in before and resumed >= max(before) - 5, (resumed, before)
+    # after it, every checkpointed step once, in order, up to the end
+    assert after == list(range(resumed + 5, total + 1, 5)), (resumed, after)
+    print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}")
+
+
+def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
+    base, name, total = workdir(shared_tmp), "spare-none", 60
+    job_id = submit(base, name, total, requeue=True)
+    killed: List[str] = []
+    try:
+        wait_for(job_id, base, name, r"^step 10 ")
+        text = output(base, name)
+        victim = re.search(r"^job \d+: training on \S+ (\S+);", text, re.M).group(1)
+        spare = re.search(r"waiting as spares: (\S+)$", text, re.M).group(1)
+        kill(victim, killed)
+        end = wait_for(job_id, base, name, rf"takes the place of {victim} ")
+        wait_for(job_id, base, name, r"^step \d+ ", end)  # training goes on on the spare
+        kill(spare, killed)
+        wait_for(job_id, base, name, rf"no spare left for {spare}")
+        wait_for(job_id, base, name, r"requeued at ")
+        revive(killed)  # the second attempt needs all three nodes again
+        killed = []
+        wait_gone(job_id)
+    finally:
+        revive(killed)
+    out, i = output(base, name), info(job_id)
+    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
+    assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
+                     "from the last periodic checkpoint$", out, re.M), out
+    [final] = summaries(out)
+    assert final["attempt"] == 2 and final["steps"] == total and final["params_identical"], final
+    assert 10 <= final["resumed_from_step"] < total, final
