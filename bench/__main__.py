@@ -18,7 +18,8 @@ from typing import Callable, Dict
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("launch", "kit", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
             "container", "images", "scaling", "bandwidth")
-EXTRA = ("doctor-faults",)  # minutes, and exclusive use of the lab: only with --only
+EXTRA = ("doctor-faults", "recovery")  # minutes, and exclusive use of the lab: only with --only
+# (recovery kills a node of the lab, revived after each run, and needs three nodes in batch)
 
 
 def machine() -> str:
@@ -48,7 +49,7 @@ def main() -> int:
                     help="bandwidth section: examples/allreduce_bw.py's --floor (GB/s)")
     a = ap.parse_args()
     from bench import bandwidth_bench, cluster_bench, doctor_bench, hangs_bench, image_bench, \
-        kit_bench, launchers_bench, netns_bench
+        kit_bench, launchers_bench, netns_bench, recovery_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -60,6 +61,7 @@ def main() -> int:
         "requeue": lambda: cluster_bench.requeue(a.repeats),
         "preflight": lambda: doctor_bench.preflight(a.repeats),
         "doctor-faults": lambda: doctor_bench.faults(),
+        "recovery": lambda: recovery_bench.recovery(a.repeats),
         "hangs": lambda: hangs_bench.hangs(a.repeats),
         "container": lambda: netns_bench.with_network(
             2, lambda r: netns_bench.container(r, ROOT / "image.sif", a.bw_mb, a.repeats)),
@@ -76,6 +78,7 @@ def main() -> int:
               "requeue": "Requeue (signal -> running again)",
               "preflight": "Preflight (launch.preflight: the doctor before the launch)",
               "doctor-faults": "Faults: the doctor vs the job without preflight",
+              "recovery": "Recovery (job.spare_nodes: a node killed -> the next step)",
               "hangs": "Hangs (launch.hang_timeout: step time, hang -> report)",
               "container": "Container overhead", "images": "Images",
               "scaling": "Rendezvous scaling (namespace nodes, JSC-like network)",
