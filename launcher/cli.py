@@ -1,5 +1,5 @@
 """Command line edge of the composer: ``jsc-compose`` (= ``python -m launcher``)
-``render|check|preview|submit|venv|doctor|stacks``.
+``render|check|preview|submit|venv|doctor|stacks|timeline``.
 
 Where it sits: the only place that turns typed exceptions into one stderr line and an
 exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
@@ -48,7 +48,8 @@ examples:
   {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
   {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job
   {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)
-  {prog} stacks 123456                            # every rank's Python stack, grouped"""
+  {prog} stacks 123456                            # every rank's Python stack, grouped
+  {prog} timeline 123456                          # each node's start-up phases, and an SVG"""
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -106,6 +107,19 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     stacks.add_argument("--wait", default="10", metavar="S",
                         help="seconds each node waits for its ranks' dumps, e.g. 0.5 "
                         "(default 10)")
+    timeline = sub.add_parser("timeline", parents=[debug], help="when each node of a job "
+                              "passed each phase of its start-up, and an SVG picture "
+                              "(docs/guide/timeline.md)",
+                              description="Read the marks a job's nodes wrote into "
+                              ".timeline/JOBID/ under its submit directory (a finished job or "
+                              "a running one), print one line per node and phase with the "
+                              "slowest node and phase named, and write an SVG.")
+    timeline.add_argument("jobid", nargs="?", help="default: SLURM_JOB_ID (inside the job)")
+    timeline.add_argument("--dir", help="the job's submit directory (default: this one if the "
+                          "job's marks are here, else the job's working directory as Slurm "
+                          "records it)")
+    timeline.add_argument("--svg", metavar="FILE", help="where the picture goes (default: "
+                          ".timeline/JOBID.svg in the submit directory)")
     return parser
 
 
@@ -296,6 +310,11 @@ def _sets_logs(sbatch_args: Sequence[str]) -> bool:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "stacks":
         return _stacks(args)
+    if args.command == "timeline":
+        from launcher.submit import timeline
+
+        sys.stdout.write(timeline.run(args.jobid, args.dir, args.svg))
+        return 0
     spec = load_spec(args.spec)
     for warning in spec_warnings(spec):  # the spec is valid, but likely not meant so
         print(warning, file=sys.stderr)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Local multi-node Slurm cluster with a JSC-like network, for `make demo` and the ring 3 tests.
 #
-#   bash scripts/cluster.sh up [N]    # munge + slurmctld + N JUWELS Booster slurmd (default 2,
-#                                     # at most 8) + 2 nodes of each other site (below)
+#   bash scripts/cluster.sh up [N]    # munge + slurmctld + N JUWELS Booster slurmd (1..128;
+#                                     # without N: 2, or the running lab's N if bigger)
+#                                     # + 2 nodes of each other site (below); a lab up with
+#                                     # another N is grown or shrunk to N in place
 #   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridge
 #   bash scripts/cluster.sh status    # sinfo
 #   bash scripts/cluster.sh kill-node NODE    # NODE dies as hardware dies (below)
@@ -25,9 +27,10 @@
 # Layout (all on this machine, shared filesystem):
 #   host netns ("login node"): munged, slurmctld and slurmdbd (own UTS ns, hostname jwbctl),
 #     MariaDB for accounting (127.0.0.1:$db_port, data in $state/mysql), bridge jwbbr0 10.66.0.254/16
-#   netns jwb000K (one per node): slurmd in its own UTS ns (hostname jwb000K) and mount ns
-#     jwb000Ki  veth on the bridge, 10.66.0.K/16   <- the only way between nodes
-#     eth0      tap,   10.67.0.K/32                <- what the hostname jwb000K resolves to; no
+#   netns jwbKKKK (one per node, K = 1..N as 4 digits, as JUWELS Booster's jwb0001..jwb0936):
+#     slurmd in its own UTS ns (hostname jwbKKKK) and mount ns
+#     jwbKKKKi  veth on the bridge, 10.66.0.K/16   <- the only way between nodes
+#     eth0      tap,   10.67.0.K/32                <- what the hostname jwbKKKK resolves to; no
 #                                                     other node has a route to it (as on JSC,
 #                                                     where the hostname is not the IB name)
 # Other sites' nodes, in the same cluster, on the same bridge, each site in a partition of its
@@ -39,7 +42,7 @@
 #     address answered by and answering from its own NIC); nmn0 tap 10.67.2.K/32 = nid00000K-nmn
 #   fqdn: lrdn000K (Slurm's NodeName), hostname lrdn000K.leonardo.local (NodeHostname); eth0
 #     10.66.3.K/16, both names resolve to it
-# Host-side veth ends: jwb000Kp, jwbjKp, jwbcKpJ, jwbfKp (Linux caps names at 15 characters).
+# Host-side veth ends: jwbKKKKp, jwbjKp, jwbcKpJ, jwbfKp (Linux caps names at 15 characters).
 # Each node's /etc/hosts holds what its site's DNS answers for the controller and that site's
 # nodes; the controller's holds every site's.
 # The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts and
@@ -49,13 +52,22 @@
 # processes inside our node namespaces.
 set -euo pipefail
 
+# Close every descriptor inherited from the caller (but stdin, stdout, stderr and bash's own
+# 255, the script): the daemons started below would keep them open for as long as they run, and
+# a lock the caller holds would stay held with them. `flock /work/lab.lock cluster.sh up` passes
+# its lock as fd 3: munged, MariaDB and slurmdbd kept it, and every later flock waited forever.
+for fd in "/proc/$$/fd/"*; do
+    fd=${fd##*/}
+    case $fd in 0|1|2|255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
+
 prog=cluster.sh
 state=${JWB_CLUSTER_STATE:-/run/torchrun-jsc-cluster}
 conf_dir=/etc/slurm
 bridge=jwbbr0
 ctl_name=jwbctl
 ctl_addr=10.66.0.254
-max_nodes=8
+max_nodes=128  # 10.66.0.K: K <= 253; 128 slurmd are about 1.3 GB (docs/development/cluster.md)
 lab_user=jwbuser  # the ordinary user who submits jobs beside root
 lab_account=lab
 db_port=16033  # the lab's own MariaDB, loopback only; not 3306, so a site's MySQL is never touched
@@ -296,7 +308,14 @@ write_configs() {  # write_configs N SITES
     mv -f "$conf_dir/mpi.conf.tmp" "$conf_dir/mpi.conf"
     mv -f "$conf_dir/slurmdbd.conf.tmp" "$conf_dir/slurmdbd.conf"
     for name in "$ctl_name" $(lab_nodes "$n" "$sites" | node_names); do
-        mv -f "$state/hosts-$name.tmp" "$state/hosts-$name"
+        if [ -e "$state/hosts-$name" ]; then
+            # a running daemon has this file bound over its /etc/hosts (a bind mount holds the
+            # inode): a resized lab's nodes must see the new names, so rewrite it in place
+            cat "$state/hosts-$name.tmp" >"$state/hosts-$name"
+            rm -f "$state/hosts-$name.tmp"
+        else
+            mv -f "$state/hosts-$name.tmp" "$state/hosts-$name"
+        fi
     done
 }
 
@@ -426,6 +445,35 @@ setup_node_net() {  # setup_node_net SITE K
     esac
 }
 
+# static_neighbours N: every JUWELS Booster node knows the bridge address and the other N-1
+# nodes' `i` addresses with their MACs (permanent neighbour entries), so no ARP runs between them.
+# All nodes share this one kernel: a gloo full mesh on 64 nodes sends 64 x 63 ARP requests at
+# once, each flooded to every port of the bridge, past the kernel's receive backlog
+# (netdev_max_backlog, 1000 packets per core); the dropped requests ended connects with "No
+# route to host" (gloo gives up after 3 tries). Real nodes resolve their peers on their own.
+static_neighbours() {
+    local n=$1 k j mac name lines
+    local -a macs=()
+    for k in $(seq 1 "$n"); do
+        printf -v name 'jwb%04d' "$k"
+        mac=$(ip -n "$name" -o link show dev "${name}i")
+        mac=${mac#*link/ether }
+        macs[k]=${mac%% *}
+    done
+    mac=$(ip -o link show dev "$bridge")
+    mac=${mac#*link/ether }
+    mac=${mac%% *}
+    for k in $(seq 1 "$n"); do
+        printf -v name 'jwb%04d' "$k"
+        lines="neigh flush dev ${name}i nud permanent"$'\n'
+        lines+="neigh replace $ctl_addr lladdr $mac dev ${name}i nud permanent"$'\n'
+        for j in $(seq 1 "$n"); do
+            [ "$j" = "$k" ] || lines+="neigh replace 10.66.0.$j lladdr ${macs[j]} dev ${name}i nud permanent"$'\n'
+        done
+        ip -n "$name" -batch - <<<"$lines"
+    done
+}
+
 # run_in_ns PIDFILE LOG NETNS NODE HOSTNAME CMD...: start CMD in the foreground of a new UTS +
 # mount namespace (hostname set, node NODE's private /etc/hosts bound, its own /tmp), detached,
 # in /, and record its PID. In /: a daemon started from a directory that is later removed (a
@@ -453,8 +501,20 @@ all_ready() {  # all_ready N: sinfo shows N nodes, all responding and usable (ma
     [ "$(grep -c -E ' (idle|mixed|allocated|completing)$' <<<"$out")" -eq "$1" ]
 }
 
+# ready_or_resume N: all_ready N; if not, resume the nodes Slurm holds drained or down (their
+# slurmd runs: `up` just started it or found it alive). Jobs that overloaded the machine's 2
+# cores left such nodes ("Kill task failed", "Not responding"), and the controller keeps them
+# across a restart with its saved state; on a real site an admin would resume them.
+ready_or_resume() {
+    local bad
+    all_ready "$1" && return 0
+    bad=$(sinfo -h -N -t drain,down -o %N 2>/dev/null | sort -u | paste -sd, -) || bad=""
+    [ -z "$bad" ] || scontrol update nodename="$bad" state=resume >/dev/null 2>&1 || true
+    return 1
+}
+
 cmd_up() {
-    local n site k name sites current='' current_sites='' started=$SECONDS
+    local n site k name sites current='' current_sites='' started=$SECONDS keep_state='' was=''
     sites=$(wanted_sites)
     if [ -s "$state/nodes" ] && [ ! -e "$state/sites" ]; then
         # an older cluster.sh's lab (JUWELS only, no record of sites): lay it out anew
@@ -465,16 +525,26 @@ cmd_up() {
     [ -e "$state/sites" ] && current_sites=$(cat "$state/sites")
     if [ $# -ge 1 ]; then
         n=$1
-        [[ "$n" =~ ^[1-8]$ ]] || die "node count must be 1..$max_nodes, got '$n'"
+        if ! [[ "$n" =~ ^[1-9][0-9]{0,2}$ ]] || [ "$n" -gt "$max_nodes" ]; then
+            die "node count must be 1..$max_nodes, got '$n'"
+        fi
     else
-        n=${current:-2}
+        # the running lab's size when it is bigger: a test run (tests/conftest.py calls `up`)
+        # must not shrink a lab that someone grew
+        n=2
+        [ -n "$current" ] && [ "$current" -gt 2 ] && n=$current
     fi
-    if [ -n "$current" ] && [ "$current $current_sites" != "$n $sites" ]; then
-        die "cluster is up with $current nodes and sites '$current_sites', asked for $n and" \
-            "'$sites' (JWB_CLUSTER_SITES): run '$0 down' first"
+    if [ -n "$current" ] && [ "$current_sites" != "$sites" ]; then
+        die "cluster is up with sites '$current_sites', asked for '$sites' (JWB_CLUSTER_SITES):" \
+            "run '$0 down' first"
     fi
     command -v slurmctld >/dev/null || die "slurmctld not installed: run 'make setup' first"
     mkdir -p "$state"
+    if [ -n "$current" ] && [ "$current" != "$n" ]; then
+        resize "$current" "$n" "$sites"
+        was=" (resized from $current)"
+        keep_state=1
+    fi
     echo "$n" >"$state/nodes"
     echo "$sites" >"$state/sites"
     if pid_alive "$state/slurmctld.pid" slurmctld && [ -s "$state/hosts-$ctl_name" ]; then
@@ -486,13 +556,20 @@ cmd_up() {
     start_munge
     setup_bridge
     while read -r site k; do setup_node_net "$site" "$k"; done < <(lab_nodes "$n" "$sites")
+    static_neighbours "$n"
     if ! pid_alive "$state/slurmctld.pid" slurmctld; then
-        # A clean state (no stale jobs or nodes from an earlier `up`, nothing an older Slurm
-        # wrote: 24.11 refuses 22.05's state files) and a fresh accounting database.
-        rm -rf "$state/ctld" && mkdir -p "$state/ctld"
-        start_accounting
-        run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" "$ctl_name" \
-            slurmctld -D -c
+        if [ -n "$keep_state" ] && pid_alive "$state/slurmdbd.pid" slurmdbd; then
+            # resized: the same controller state (jobs, next job id) and accounting database
+            run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" \
+                "$ctl_name" slurmctld -D
+        else
+            # A clean state (no stale jobs or nodes from an earlier `up`, nothing an older Slurm
+            # wrote: 24.11 refuses 22.05's state files) and a fresh accounting database.
+            rm -rf "$state/ctld" && mkdir -p "$state/ctld"
+            start_accounting
+            run_in_ns "$state/slurmctld.pid" "$state/log/slurmctld.out" host "$ctl_name" \
+                "$ctl_name" slurmctld -D -c
+        fi
     fi
     while read -r site k; do
         name=$(site_node "$site" "$k")
@@ -501,13 +578,57 @@ cmd_up() {
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
             "$(site_hostname "$site" "$k")" slurmd -D -N "$name"
     done < <(lab_nodes "$n" "$sites")
-    if ! wait_until 60 all_ready "$(lab_nodes "$n" "$sites" | wc -l)"; then
+    # about 0.2 s of CPU per slurmd start and registration: a big lab needs longer on 2 cores
+    if ! wait_until $((60 + n)) ready_or_resume "$(lab_nodes "$n" "$sites" | wc -l)"; then
         sinfo -N >&2 || true
         tail -n 5 "$state"/log/*.log >&2 || true
-        die "nodes not ready after 60 s (logs in $state/log)"
+        die "nodes not ready after $((60 + n)) s (logs in $state/log)"
     fi
-    echo "$prog: up: $n nodes$([ -z "$sites" ] || echo " and sites $sites")" \
-         "($(running_nodes | paste -sd " " -)) in $((SECONDS - started)) s"
+    echo "$prog: up: $n nodes$([ -z "$sites" ] || echo " and sites $sites")$was" \
+         "($(running_nodes | summarize_names)) in $((SECONDS - started)) s"
+}
+
+summarize_names() {  # node names on stdin -> one line; runs of jwbKKKK as jwb[0001-0064]
+    awk 'function range(a, b) {
+             return a == b ? sprintf("jwb%04d", a) : sprintf("jwb[%04d-%04d]", a, b) }
+         /^jwb[0-9][0-9][0-9][0-9]$/ {
+             k = substr($0, 4) + 0
+             if (n && k == last + 1) { last = k; next }
+             if (n) { out = out sep range(first, last); sep = " " }
+             first = k; last = k; n = 1; next }
+         { other = other " " $0 }
+         END { if (n) out = out sep range(first, last); print out other }'
+}
+
+# resize OLD NEW SITES: bring a lab laid out for OLD JUWELS Booster nodes to NEW, in place:
+# munge, MariaDB, slurmdbd (and so the accounting and the job ids) stay; slurmctld and every
+# slurmd stop (job steps run on: slurmstepd is its own process) and start again on the new
+# configuration (cmd_up), the controller with its saved state. Nodes beyond NEW are removed;
+# refused while jobs run on them.
+resize() {
+    local old=$1 new=$2 sites=$3 site k name busy pidfile
+    if [ "$new" -lt "$old" ] && pid_alive "$state/slurmctld.pid" slurmctld; then
+        busy=$(squeue -h -w "jwb[$(printf '%04d' $((new + 1)))-$(printf '%04d' "$old")]" \
+            -o %i 2>/dev/null | paste -sd, -) || true
+        [ -z "$busy" ] || die "cannot shrink to $new nodes: job(s) $busy run on nodes" \
+            "beyond jwb$(printf '%04d' "$new") (wait for them or scancel them)"
+    fi
+    # TERM first so that they stop in parallel; stop_pid then waits for each
+    for pidfile in "$state"/slurmd-*.pid "$state/slurmctld.pid"; do
+        pid_alive "$pidfile" "$(basename "$pidfile" .pid | cut -d- -f1)" || continue
+        kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+    done
+    stop_pid "$state/slurmctld.pid" slurmctld
+    while read -r site k; do
+        stop_pid "$state/slurmd-$(site_node "$site" "$k").pid" slurmd
+    done < <(lab_nodes "$old" "$sites")
+    for k in $(seq $((new + 1)) "$old"); do
+        remove_node juwels "$k"
+        name=$(node_name "$k")
+        rm -f "$state/hosts-$name"
+        rm -rf "${state:?}/node/$name" "${state:?}/spool/$name"
+    done
+    write_configs "$new" "$sites"
 }
 
 stop_pid() {  # stop_pid PIDFILE COMM: TERM, wait up to 10 s, then KILL
@@ -533,20 +654,25 @@ kill_netns_procs() {  # every process in our node namespace is ours (slurmd, slu
     }
 }
 
+remove_node() {  # remove_node SITE K: its slurmd, every process in it, its namespace and links
+    local name host_if
+    name=$(site_node "$1" "$2")
+    stop_pid "$state/slurmd-$name.pid" slurmd
+    [ -e "/run/netns/$name" ] || return 0
+    kill_netns_procs "$name"
+    ip netns del "$name"
+    for host_if in $(site_host_ifs "$1" "$2"); do ip link del "$host_if" 2>/dev/null || true; done
+}
+
 cmd_down() {
-    local name site k pidfile host_if
+    local site k pidfile
     # TERM every daemon first so that they shut down in parallel; stop_pid then waits for each.
     for pidfile in "$state"/slurmd-*.pid "$state/slurmctld.pid" "$state/slurmdbd.pid"; do
         pid_alive "$pidfile" "$(basename "$pidfile" .pid | cut -d- -f1)" || continue
         kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
     done
     while read -r site k; do  # every node any layout has, whatever JWB_CLUSTER_SITES says now
-        name=$(site_node "$site" "$k")
-        stop_pid "$state/slurmd-$name.pid" slurmd
-        [ -e "/run/netns/$name" ] || continue
-        kill_netns_procs "$name"
-        ip netns del "$name"
-        for host_if in $(site_host_ifs "$site" "$k"); do ip link del "$host_if" 2>/dev/null || true; done
+        remove_node "$site" "$k"
     done < <(all_nodes)
     stop_pid "$state/slurmctld.pid" slurmctld
     stop_pid "$state/slurmdbd.pid" slurmdbd
@@ -555,6 +681,10 @@ cmd_down() {
     if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
     rm -f "$state"/hosts-* "$state/nodes" "$state/sites"
     rm -rf "$state/node"  # the nodes' /tmp: node-local, gone with the node
+    # the slurmds' spool: a fresh controller numbers jobs from 1 again, and a step socket left
+    # there by an earlier lab's step 1.0 made the next step 1.0 fail ("Cannot bind() UNIX socket
+    # .../stepd.slurm.pmix.1.0: Address already in use")
+    rm -rf "$state/spool"
     echo "$prog: down"
 }
 

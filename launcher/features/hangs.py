@@ -8,9 +8,10 @@ call the kit's own code (launcher/node/job.sh ``jsc_hangs_setup``, ``jsc_watch``
 never carry it. docs/guide/hangs.md for users.
 
 - The per-job directory ``$PWD/.hangs/JOBID`` (shared storage: the submit directory, bound
-  into every container with runtime.bind_cwd) holds ``stacks/`` (one dump file per armed
-  rank) and ``fr/`` (torch's flight recorder dumps, with TORCH_FR_* / TORCH_NCCL_* unless the
-  user set them).
+  into every container with runtime.bind_cwd) holds ``fr/`` (torch's flight recorder dumps,
+  with TORCH_FR_* / TORCH_NCCL_* unless the user set them) and, with launch.hang_timeout,
+  ``progress/`` (one mark file per node); the ranks' stack dumps are node-local (the hook's
+  memfd). It is removed after the launch unless it holds a hang report (issue 36).
 - Every task of the launch starts through a short sh prelude (launcher/task/hook.sh, put in
   front by launcher.runtimes.base ``ContainerRuntime.wrap``) that runs where the task runs,
   inside the container: it puts the kit's ``task/hook/`` first on the PYTHONPATH it finds
@@ -85,9 +86,11 @@ def flight_recorder_names() -> Tuple[str, ...]:
 
 # The hook's variable naming the mode's rank variables (launcher.modes: LaunchMode.rank_vars).
 RANK_VARS_ENV = hook_constant("RANK_VARS_ENV")
-# What must reach the ranks inside a container that forwards by name only (Enroot). Not
+# What must reach the ranks inside a container that forwards by name only (Enroot): the hook's
+# folders (the stacks', the start-up timeline's, docs/guide/timeline.md) and the rest. Not
 # PYTHONPATH: forwarded, it would replace the image's own; the prelude below edits it inside.
-NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV) + flight_recorder_names()
+NAMES: Tuple[str, ...] = (DIR_ENV, RANK_VARS_ENV, hook_constant("TIMELINE_ENV")) + (
+    flight_recorder_names())
 # The prelude every task of the launch starts through: ``sh "$kit/task/hook.sh" ARGV...``
 # (:func:`hook_argv`, launcher/task/hook.sh), run by the container's sh after the runtime has
 # set the image's environment, so PYTHONPATH there is the image's, else what the runtime

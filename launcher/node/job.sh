@@ -20,6 +20,14 @@ fi
 kit=$(cd -P -- "$kit" && pwd)
 # Node 0's torchrun_jsc (launcher/task/run.py) names the kit it runs in the job's log.
 export TORCHRUN_JSC_KIT_LOG=1
+# When the batch script started (the timeline's first mark, written by jsc_timeline_setup).
+jsc_epoch() {  # jsc_t: now, seconds since the epoch with a fraction (bash 5; else date)
+    jsc_t=${EPOCHREALTIME:-}
+    jsc_t=${jsc_t/,/.}
+    if [ -z "$jsc_t" ]; then jsc_t=$(date +%s.%N); fi
+}
+jsc_epoch
+jsc_batch_t0=$jsc_t
 
 # A site profile's defaults (launcher/model.py SITE_PROFILES): export each NAME=VALUE where
 # the job's environment (a module, the submit environment) has no value; one it has is kept.
@@ -200,10 +208,13 @@ jsc_job_line() {
 # Every rank arms a stack dump at start-up (the kit's sitecustomize, $kit/task/hook, first on
 # the PYTHONPATH each task finds where it runs: $kit/task/hook.sh); `jsc-compose stacks JOBID`
 # and this script before the job is killed print them grouped; flight recorder too.
-# hangs_dir: $PWD/.hangs/JOBID (the submit directory: shared, bound into every container).
+# hangs_dir: $PWD/.hangs/JOBID (the submit directory: shared, bound into every container),
+# removed after the launch unless it holds a hang report (jsc_after_launch). The ranks' dumps
+# are node-local (hook: _dump_file); each node's progress marks are one file.
 jsc_hangs_setup() {  # RANK_VAR...
+    jsc_timeline_setup
     hangs_dir="$PWD/.hangs/$SLURM_JOB_ID"
-    mkdir -p -- "$hangs_dir/stacks" "$hangs_dir/fr"
+    mkdir -p -- "$hangs_dir/fr"
     export TORCHRUN_JSC_STACKS="$hangs_dir"
     # Only processes with one of these run the program as a rank (never a per-node
     # launcher, which may carry PMIX_RANK/PMI_RANK/OMPI_COMM_WORLD_RANK too).
@@ -268,6 +279,7 @@ jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER: in the background; jsc_after_launch 
 jsc_wait_launch() {
     launch_pid=$!
     launch_rc=0
+    jsc_mark step_start
     wait "$launch_pid" || launch_rc=$?
     while [ "$launch_rc" -gt 128 ] && kill -0 "$launch_pid" 2>/dev/null; do
         launch_rc=0
@@ -279,9 +291,12 @@ jsc_wait_launch() {
 # After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
 # they are and the command that says which rank never joined which collective (torch's
 # analyser needs torch: the image's, not the batch node's). With the watcher: stop it and, if
-# it ended the job, its line last and exit 124 (as timeout(1)).
+# it ended the job, its line last and exit 124 (as timeout(1)). $hangs_dir is removed unless it
+# holds a hang report (the watcher's line, flight-recorder dumps): O(nodes) files, kept only
+# where they say something.
 jsc_after_launch() {
     local fr_dumps=("$hangs_dir"/fr/*)
+    jsc_mark launch_end
     if [ "$launch_rc" -ne 0 ] && [ -e "${fr_dumps[0]}" ]; then
         echo "job ${SLURM_JOB_ID}: flight recorder: ${#fr_dumps[@]} rank dumps in" \
             "$hangs_dir/fr; which rank missed which collective: python3 -m" \
@@ -289,11 +304,37 @@ jsc_after_launch() {
     fi
     if [ -n "${jsc_watch_pid:-}" ]; then
         kill "$jsc_watch_pid" 2>/dev/null || true
+        wait "$jsc_watch_pid" 2>/dev/null || true
         if [ -s "$hangs_dir/no-progress" ]; then
             cat -- "$hangs_dir/no-progress" >&2
             exit 124
         fi
     fi
+    if [ ! -e "${fr_dumps[0]}" ]; then rm -rf -- "$hangs_dir"; fi
+}
+
+# --- Timeline (docs/guide/timeline.md) ---------------------------------------------------------
+# When each node passed each phase of the start-up: one line "TIME PHASE [WHO]" per mark,
+# appended to $PWD/.timeline/JOBID/NODE (one file per node, kept; `jsc-compose timeline JOBID`
+# reads them): here the batch script's (batch_start, step_start, launch_end), each task's
+# container_up (launcher/task/hook.sh), torchrun_jsc's and the ranks' (hook/sitecustomize.py
+# phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks. A requeued job's folder (or an
+# earlier job's of the same id) starts afresh: the timeline is this attempt's.
+jsc_timeline_setup() {
+    timeline_dir="$PWD/.timeline/$SLURM_JOB_ID"
+    jsc_timeline_node="${SLURMD_NODENAME:-$(hostname)}"
+    jsc_timeline_node="${jsc_timeline_node%%.*}"
+    rm -rf -- "$timeline_dir"
+    mkdir -p -- "$timeline_dir"
+    export TORCHRUN_JSC_TIMELINE="$timeline_dir"
+    jsc_mark batch_start "$jsc_batch_t0"
+}
+
+jsc_mark() {  # PHASE [TIME]: one line on this node's timeline (never fails the job)
+    if [ -z "${timeline_dir:-}" ]; then return 0; fi
+    jsc_epoch
+    { printf '%s %s\n' "${2:-$jsc_t}" "$1" >>"$timeline_dir/$jsc_timeline_node"; } 2>/dev/null ||
+        true
 }
 
 # --- Requeue (job.requeue; launcher/features/requeue.py says how a request travels) -------

@@ -36,7 +36,11 @@ _THREAD = re.compile(r"(Current thread|Thread) (0x[0-9a-fA-F]+)")
 _FRAME = re.compile(r'\s+File "(.*)", line (\d+|\?\?\?) in (.*)')
 _LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen ")
 _STDLIB = re.compile(r"/lib/python\d+(\.\d+)?/")
-_MARK = re.compile(r"world=(\d+) all=(\d+) calls=(\d+) t=([\d.]+) state=(run|done)\s*\Z")
+_MARK = re.compile(r"rank=(\d+) world=(\d+) all=(\d+) calls=(\d+) t=([\d.]+) "
+                   r"state=(run|done)\s*\Z")
+_DUMP = re.compile(r"jsc-stacks\.([^./\s]+)\.(\d+)(?:[.\s]|\Z)")  # hook: DUMP_PREFIX
+MARKS_PREFIX = "marks."  # progress/marks.NODE (hook: MARKS_PREFIX)
+MARK_WIDTH = 128  # one rank's slot in it (hook: MARK_WIDTH)
 VERDICT = "no-progress"  # under the job's directory: the watcher's one line
 COLLECT_S = 300  # the watcher's limit for the stack collection of every node
 
@@ -81,18 +85,39 @@ def _status(pid, proc):
     return inner, state
 
 
+def _dump_fd(pid, inner, host, proc):
+    """The path (/proc/PID/fd/N) of the armed process's dump file: the descriptor whose target
+    is named DUMP_PREFIX.HOST.INNER (hook: _dump_file), INNER the pid the process sees (in its
+    container); a forked child holds its parent's, whose pid is not its own. None if none."""
+    folder = os.path.join(proc, pid, "fd")
+    try:
+        fds = os.listdir(folder)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(os.path.join(folder, fd))
+        except OSError:
+            continue
+        match = _DUMP.search(target)
+        if match and match.group(1) == host and int(match.group(2)) == inner:
+            return os.path.join(folder, fd)
+    return None
+
+
 def armed(job_id, proc="/proc"):
     """(pid, dump file, state) for each armed rank of job ``job_id`` (None: any job) here.
 
     "Here" is this node: a process whose SLURMD_NODENAME names another node is left alone.
     On a real node /proc holds only its own processes anyway; where several Slurm nodes share
     one kernel (the lab's nodes, a multi-slurmd test set-up) each collector would otherwise
-    signal and report every node's ranks. The dump file is this host's with the process's own
-    pid (the one it sees in its container): process ids repeat across nodes, and every
-    node's dumps are in one shared directory."""
+    signal and report every node's ranks. The dump file is node-local and has no name on any
+    file system: the rank's anonymous file, reached through /proc/PID/fd (the hook names it
+    after this host and the process's own pid, the one it sees in its container; without
+    SLURMD_NODENAME the host tells the nodes apart)."""
     out = []
     node = os.environ.get("SLURMD_NODENAME")
-    host = glob.escape(socket.gethostname().split(".")[0])  # as the hook names its file
+    host = socket.gethostname().split(".")[0]  # as the hook names its file
     for pid in os.listdir(proc):
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
@@ -103,10 +128,9 @@ def armed(job_id, proc="/proc"):
         if node and env.get("SLURMD_NODENAME", node) != node:
             continue
         inner, state = _status(pid, proc)
-        files = glob.glob(os.path.join(glob.escape(directory), "stacks",
-                                       "rank-*.host-%s.pid-%d.txt" % (host, inner)))
-        if files:
-            out.append((int(pid), files[0], state))
+        path = _dump_fd(pid, inner, host, proc)
+        if path:
+            out.append((int(pid), path, state))
     return sorted(out)
 
 
@@ -298,33 +322,78 @@ def report(records, job_id=None):
 
 # --- the progress deadline -----------------------------------------------------------------
 
-def read_marks(directory, since=0.0):
-    """{rank: {"world", "all", "calls", "t", "done"}} from ``directory/progress/rank-R``;
-    marks older than ``since`` (an earlier attempt of a requeued job) are left out. Each file
-    is opened (an NFS client then asks the server, not its attribute cache); a mark caught
-    while it is rewritten counts as written now (its mtime)."""
+def read_slots(directory):
+    """{(file name, slot): bytes} of every node's mark file ``directory/progress/marks.NODE``
+    (one read per node; each file is opened, so an NFS client asks the server, not its
+    attribute cache). Empty slots (a rank not there) are left out."""
     out = {}
-    for path in glob.glob(os.path.join(directory, "progress", "rank-*")):
-        rank = os.path.basename(path)[len("rank-"):]
-        if not rank.isdigit():
-            continue
+    pattern = os.path.join(glob.escape(directory), "progress", glob.escape(MARKS_PREFIX) + "*")
+    for path in glob.glob(pattern):
         try:
             fd = os.open(path, os.O_RDONLY)
             try:
-                mtime, data = os.fstat(fd).st_mtime, os.read(fd, 4096)
+                chunks = []
+                while True:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
             finally:
                 os.close(fd)
         except OSError:
             continue
-        match = _MARK.match(data.decode("ascii", "replace"))
-        if match:
-            mark = {"world": int(match.group(1)), "all": int(match.group(2)),
-                    "calls": int(match.group(3)), "t": float(match.group(4)),
-                    "done": match.group(5) == "done"}
-        else:
-            mark = {"world": None, "all": None, "calls": None, "t": mtime, "done": False}
-        if mark["t"] >= since:
-            out[int(rank)] = mark
+        data, name = b"".join(chunks), os.path.basename(path)
+        for offset in range(0, len(data), MARK_WIDTH):
+            raw = data[offset:offset + MARK_WIDTH]
+            if raw.strip(b"\0 \n"):
+                out[(name, offset // MARK_WIDTH)] = raw
+    return out
+
+
+def parse_mark(raw):
+    """(rank, {"world", "all", "calls", "t", "done"}) of one slot, or None (caught while it
+    was rewritten, or not a mark)."""
+    match = _MARK.match(raw.decode("ascii", "replace"))
+    if not match:
+        return None
+    return int(match.group(1)), {"world": int(match.group(2)), "all": int(match.group(3)),
+                                 "calls": int(match.group(4)), "t": float(match.group(5)),
+                                 "done": match.group(6) == "done"}
+
+
+def marks_of(slots, since=0.0):
+    """{rank: mark} from ``read_slots``; marks stamped before ``since`` (an earlier attempt of
+    a requeued job) are left out. A slot caught while it is rewritten counts as a rank not
+    started yet (keyed "FILE:SLOT"): it holds the clock for this look, as no other time (the
+    file's mtime, say) can stand in for the one the rank stamped."""
+    out = {}
+    for (name, slot), raw in sorted(slots.items()):
+        parsed = parse_mark(raw)
+        if parsed is None:
+            out["%s:%d" % (name, slot)] = {"world": None, "all": None, "calls": None,
+                                           "t": since, "done": False}
+        elif parsed[1]["t"] >= since:
+            out[parsed[0]] = parsed[1]
+    return out
+
+
+def read_marks(directory, since=0.0):
+    """{rank: {"world", "all", "calls", "t", "done"}} of every node's mark file."""
+    return marks_of(read_slots(directory), since)
+
+
+def late_marks(slots, before, last_look, tolerance):
+    """{rank: seconds late} of the marks that changed since the look at ``last_look`` (which
+    read ``before``) but were stamped more than ``tolerance`` s before it: their write reached the
+    file late (storage held it up), so the time since their stamp says nothing about
+    progress."""
+    out = {}
+    for key, raw in slots.items():
+        if raw == before.get(key):
+            continue
+        parsed = parse_mark(raw)
+        if parsed is not None and parsed[1]["t"] < last_look - tolerance:
+            out[parsed[0]] = last_look - parsed[1]["t"]
     return out
 
 
@@ -334,18 +403,41 @@ def started(mark):
     return mark["done"] or any(mark[k] for k in ("world", "all", "calls"))
 
 
-def overdue(marks, now, timeout):
+def overdue(marks, now, timeout, counted_from=None):
     """Seconds since any rank last made progress, when that is at least ``timeout``; else
     None. The clock runs only once every rank that reported has made its first progress and
     while some rank still runs: start-up (imports, model, checkpoint, compilation before the
     first collective) never counts, and a rank that never reaches its first collective is
-    left to torch's collective timeout (docs/guide/hangs.md)."""
+    left to torch's collective timeout (docs/guide/hangs.md). ``counted_from``: the end of the
+    last storage stall the watcher saw; time before it does not count (a mark held up in a
+    stall carries its old time)."""
     if not marks or all(m["done"] for m in marks.values()):
         return None
     if not all(started(m) for m in marks.values()):
         return None
-    idle = now - max(m["t"] for m in marks.values())
+    last = max(m["t"] for m in marks.values())
+    idle = now - max(last, counted_from if counted_from is not None else last)
     return idle if idle >= timeout else None
+
+
+def stall_s(period, timeout):
+    """How late a look or a mark may come before the watcher calls it a storage stall: a
+    period, at least 10 s, and at most half the deadline (a stall any longer could end it)."""
+    return min(max(10.0, float(period)), timeout / 2.0)
+
+
+def _probe(directory, now):
+    """The watcher's own small write beside the marks, as a rank writes its mark: when storage
+    holds writes up, it holds this look up too, which the watcher then sees as a late look."""
+    try:
+        fd = os.open(os.path.join(directory, "progress", "watcher"), os.O_WRONLY | os.O_CREAT,
+                     0o644)
+        try:
+            os.pwrite(fd, ("t=%.3f" % now).ljust(MARK_WIDTH - 1).encode() + b"\n", 0)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _plural(n, word):
@@ -427,6 +519,19 @@ def _starting_note(job_id, timeout, waiting):
             % (job_id, "rank" if len(waiting) == 1 else "ranks", ranges(waiting), timeout))
 
 
+def _stall_note(job_id, directory, late, behind):
+    if late:
+        worst = max(late.values())
+        what = "the marks of %s %s reached %s up to %d s after the ranks wrote them" % (
+            "rank" if len(late) == 1 else "ranks", ranges(late), directory, worst)
+    else:
+        what = "the watcher's look at %s came %d s late (its own write or read there was " \
+            "held up)" % (directory, behind)
+    return ("job %s: launch.hang_timeout: storage stalled: %s; time in a stall is not counted "
+            "as no progress: the deadline counts from now (docs/guide/hangs.md)\n"
+            % (job_id, what))
+
+
 def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.time,
           sleep=time.sleep, out=None):
     """Until no rank made progress for ``timeout`` s (checked every ``period`` s): then the
@@ -435,14 +540,29 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
     SIGTERM). Returns 0; the jobscript kills this process when the launch ends first."""
     out = out or sys.stdout
     start, noted = clock(), False
+    slots, last_look, counted_from, stalled = None, start, start, False
+    tolerance = stall_s(period, timeout)
     while True:
         sleep(period)
-        marks = read_marks(directory, since=start)
-        idle = overdue(marks, clock(), timeout)
+        _probe(directory, clock())
+        before, slots = slots, read_slots(directory)
+        now = clock()
+        marks = marks_of(slots, since=start)
+        late = {} if before is None else late_marks(slots, before, last_look, tolerance)
+        behind = now - last_look - period  # this look came that late: blocked, or not run
+        if late or behind > tolerance:
+            counted_from = now
+            if not stalled:
+                out.write(_stall_note(job_id, directory, late, behind))
+                out.flush()
+        stalled = bool(late) or behind > tolerance
+        last_look = now
+        idle = overdue(marks, now, timeout, counted_from)
         if idle is not None:
             break
-        if not noted and clock() - start >= timeout:
-            waiting = sorted(r for r, m in marks.items() if not started(m))
+        if not noted and now - start >= timeout:
+            waiting = sorted(r for r, m in marks.items() if not started(m) and
+                             isinstance(r, int))
             if not marks or waiting:
                 noted = True
                 out.write(_starting_note(job_id, timeout, waiting))

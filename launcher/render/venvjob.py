@@ -26,7 +26,6 @@ from pathlib import PurePosixPath
 from typing import List, Optional, Sequence
 
 from launcher import __version__
-from launcher.features.site import MODULES_FILE
 from launcher.model import JobSpec, SpecError, SubmitError
 from launcher.shell import Assign, Raw, Statement, Token, Var, collect_env, expansion, \
     expansion_names, expansion_parts, join, literal_or_word, render_statement, require_vars, \

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -67,8 +68,7 @@ def test_rendered_script_starts_the_watcher_and_ends_with_its_line(tmp_path):
 def progress_dir(tmp_path):
     """The job's hangs directory; the hook is the kit's (launcher/task/hook, on the
     PYTHONPATH of hook_env as launcher/task/hook.sh puts it)."""
-    for sub in ("stacks", "progress"):
-        (tmp_path / sub).mkdir()
+    (tmp_path / "progress").mkdir()
     (tmp_path / "progress" / "period").write_text("1\n")
     return tmp_path
 
@@ -96,14 +96,18 @@ def test_hook_marks_progress_calls_and_the_end(progress_dir, tmp_path):
                           env=hook_env(progress_dir, RANK="6"), capture_output=True, text=True,
                           timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
-    assert sorted(p.name for p in (progress_dir / "progress").iterdir()) == ["period", "rank-6"]
+    # One file per node (issue 36), the rank's line at its slot: its rank without a local one.
+    node = socket.gethostname().split(".")[0]
+    assert sorted(p.name for p in (progress_dir / "progress").iterdir()) == [
+        f"marks.{node}", "period"]
+    assert (progress_dir / "progress" / f"marks.{node}").stat().st_size == 7 * stacks.MARK_WIDTH
     (mark_,) = stacks.read_marks(str(progress_dir), since=before).values()
     assert (mark_["world"], mark_["calls"], mark_["done"]) == (0, 5, True)
     # The hook module is what launcher.progress() finds; its name is the hook's.
     assert launcher.HOOK_MODULE == stacks_hook.MODULE
     # Without the progress directory (no hang_timeout) nothing is marked.
     (progress_dir / "progress" / "period").unlink()
-    (progress_dir / "progress" / "rank-6").unlink()
+    (progress_dir / "progress" / f"marks.{node}").unlink()
     subprocess.run([sys.executable, str(tmp_path / "prog.py")],
                    env=hook_env(progress_dir, RANK="6"), check=True, timeout=60)
     assert list((progress_dir / "progress").iterdir()) == []
@@ -171,9 +175,13 @@ dist.all_reduce(t, group=sub)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
 model(torch.ones(2, 4)).sum().backward()  # the reducer's all_reduce, issued from C++
 world = dist.group.WORLD._get_sequence_number_for_group()
-mark = os.path.join(os.environ["TORCHRUN_JSC_STACKS"], "progress", "rank-" + os.environ["RANK"])
+mark = os.path.join(os.environ["TORCHRUN_JSC_STACKS"], "progress", "marks.jwbA")
+slot = int(os.environ["LOCAL_RANK"]) * 128
+def line():
+    with open(mark, "rb") as f:
+        return f.read()[slot:slot + 128].decode()
 deadline = time.monotonic() + 60  # until the hook's thread has seen it (it looks every 1 s)
-while "world=%d " % world not in open(mark).read() and time.monotonic() < deadline:
+while " world=%d " % world not in line() and time.monotonic() < deadline:
     time.sleep(0.1)
 os.write(1, b"world %d\\n" % world)  # one write: the two ranks share the pipe
 dist.destroy_process_group()
@@ -188,7 +196,8 @@ def test_hook_counts_real_collectives_and_keeps_them_at_the_end(progress_dir, tm
     before = time.time()
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc_per_node", "2", str(tmp_path / "coll.py")],
-                          env=hook_env(progress_dir, OMP_NUM_THREADS="1"), capture_output=True,
+                          env=hook_env(progress_dir, OMP_NUM_THREADS="1", SLURMD_NODENAME="jwbA"),
+                          capture_output=True,
                           text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     marks = stacks.read_marks(str(progress_dir), since=before)
@@ -202,3 +211,4 @@ def test_hook_counts_real_collectives_and_keeps_them_at_the_end(progress_dir, tm
     assert printed >= 5, done.stdout  # 3 all_reduces, DDP's broadcast(s), a bucket at least
     assert all(0 < m["world"] <= printed and m["all"] >= m["world"] for m in marks.values()), \
         (marks, printed)
+

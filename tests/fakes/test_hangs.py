@@ -35,8 +35,9 @@ HOOK = kit.installed() / "task" / "hook"  # the kit's, as launcher/task/hook.sh 
 
 @pytest.fixture
 def hookdir(tmp_path):
-    (tmp_path / "stacks").mkdir()
-    return tmp_path
+    d = tmp_path / "hangs"
+    d.mkdir()
+    return d
 
 
 JOB = str(700000 + os.getpid())  # a job id of this test run only
@@ -49,35 +50,67 @@ def hook_env(d: Path, **extra):
     return env
 
 
+# The rank and a forked and a spawned child stay up until stdin closes.
 CHILDREN = """
 import multiprocessing as mp, os, sys, time
-def child():
-    pass
+def child(ev):
+    ev.wait(60)
 if __name__ == "__main__":
+    procs = []
     for how in ("fork", "spawn"):
-        p = mp.get_context(how).Process(target=child); p.start(); p.join()
-    print("ok", flush=True)
+        ctx = mp.get_context(how)
+        ev = ctx.Event()
+        p = ctx.Process(target=child, args=(ev,)); p.start(); procs.append((p, ev))
+    print("ok", " ".join(str(p.pid) for p, _ in procs), flush=True)
+    sys.stdin.read()
+    for p, ev in procs:
+        ev.set(); p.join()
 """
+# Prints whether this process holds a dump file of the hook (an armed rank).
+ARMED = """
+import os
+def target(fd):
+    try:
+        return os.readlink("/proc/self/fd/" + fd)
+    except OSError:
+        return ""
+print(any(stacks_prefix in target(fd) for fd in os.listdir("/proc/self/fd")))
+""".replace("stacks_prefix", repr(stacks_hook.DUMP_PREFIX + "."))
 
 
 def test_normal_run_undisturbed_and_children_unarmed(hookdir, tmp_path):
+    """Issue 36: the rank's dump file is node-local and nameless (read through /proc): nothing
+    of it on shared storage; the collector finds the rank and no child."""
     (tmp_path / "children.py").write_text(CHILDREN)
-    done = subprocess.run([sys.executable, str(tmp_path / "children.py")],
-                          env=hook_env(hookdir, RANK="5"),
-                          capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
-    (dump,) = (hookdir / "stacks").iterdir()  # the rank only: no child armed itself
-    assert dump.name.startswith(f"rank-5.host-{socket.gethostname().split('.')[0]}.pid-")
-    assert dump.read_text().count("\n") == 1  # the header, nothing else
+    p = subprocess.Popen([sys.executable, str(tmp_path / "children.py")],
+                         env=hook_env(hookdir, RANK="5"), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("ok "), line + p.stderr.read()
+        (pid, path, _), = stacks.armed(JOB)  # the rank only: no child armed itself
+        assert pid == p.pid and path.startswith(f"/proc/{p.pid}/fd/"), path
+        header = Path(path).read_text()
+        host = socket.gethostname().split(".")[0]
+        assert header.startswith(f"# jsc-stacks rank=5 local_rank=? host={host} pid={p.pid} ")
+        assert header.count("\n") == 1  # the header, nothing else
+        assert os.readlink(path).startswith(f"/memfd:{stacks_hook.DUMP_PREFIX}.{host}.{p.pid}")
+    finally:
+        out, err = p.communicate("", timeout=60)
+    assert (p.returncode, out, err) == (0, "", "")
+    assert list(hookdir.iterdir()) == []  # no file on shared storage
     # Without a rank variable (torchrun's agent, the batch shell's python) nothing is armed,
     # nor with only an MPI one (srun --mpi=pmix, psslurm, mpirun put it on the agent too) ...
     for mpi in ({}, {"PMIX_RANK": "0"}, {"PMI_RANK": "1"}, {"OMPI_COMM_WORLD_RANK": "2"}):
-        subprocess.run([sys.executable, "-c", "pass"], env=hook_env(hookdir, **mpi), check=True)
-    assert len(list((hookdir / "stacks").iterdir())) == 1
+        done = subprocess.run([sys.executable, "-c", ARMED], env=hook_env(hookdir, **mpi),
+                              capture_output=True, text=True, check=True)
+        assert done.stdout == "False\n", mpi
     # ... unless the mode's ranks are MPI's (horovod: the jobscript names them)
-    subprocess.run([sys.executable, "-c", "pass"], check=True, env=hook_env(
+    done = subprocess.run([sys.executable, "-c", ARMED], capture_output=True, text=True,
+                          check=True, env=hook_env(
         hookdir, PMI_RANK="7", TORCHRUN_JSC_STACKS_RANK_VARS="OMPI_COMM_WORLD_RANK PMI_RANK"))
-    assert len(list((hookdir / "stacks").glob("rank-7.*"))) == 1
+    assert done.stdout == "True\n"
+    assert list(hookdir.iterdir()) == []
 
 
 def test_chains_to_the_hidden_sitecustomize(hookdir, tmp_path_factory):
@@ -214,16 +247,39 @@ def job_sh(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
                                             (134, [], False)])
 def test_failed_launch_names_the_flight_recorder_dumps(tmp_path, rc, dumps, said):
     """launcher/node/job.sh jsc_after_launch, run by bash: a failed launch with dumps in fr/
-    says where they are and how to read them; otherwise nothing."""
-    (tmp_path / "fr").mkdir()
+    says where they are and how to read them; otherwise nothing. The job's directory stays
+    where it holds dumps, and goes where it holds nothing (issue 36)."""
+    hangs = tmp_path / ".hangs" / "77"
+    (hangs / "fr").mkdir(parents=True)
+    (hangs / "progress").mkdir()
+    (hangs / "progress" / "marks.jwb0001").write_text("x")
     for name in dumps:
-        (tmp_path / "fr" / name).write_text("x")
-    done = job_sh("jsc_after_launch", tmp_path, hangs_dir=str(tmp_path), SLURM_JOB_ID="77",
+        (hangs / "fr" / name).write_text("x")
+    done = job_sh("jsc_after_launch", tmp_path, hangs_dir=str(hangs), SLURM_JOB_ID="77",
                   launch_rc=str(rc))
-    want = (f"job 77: flight recorder: {len(dumps)} rank dumps in {tmp_path}/fr; which rank "
+    want = (f"job 77: flight recorder: {len(dumps)} rank dumps in {hangs}/fr; which rank "
             f"missed which collective: python3 -m torch.distributed.flight_recorder.fr_trace "
-            f"{tmp_path}/fr -p rank- (in the image)\n") if said else ""
+            f"{hangs}/fr -p rank- (in the image)\n") if said else ""
     assert (done.returncode, done.stdout, done.stderr) == (0, "", want)
+    assert hangs.is_dir() == bool(dumps)
+    assert (tmp_path / ".hangs").is_dir()  # the parent stays: another job may be starting
+
+
+def test_the_watchers_line_keeps_the_directory(tmp_path):
+    """A job ended by the progress deadline keeps .hangs/JOBID (its line, the marks), prints
+    the line last and exits 124; a job the watcher left alone has its directory removed."""
+    hangs = tmp_path / ".hangs" / "78"
+    (hangs / "fr").mkdir(parents=True)
+    script = "sleep 60 & jsc_watch_pid=$!\njsc_after_launch"
+    done = job_sh(script, tmp_path, hangs_dir=str(hangs), SLURM_JOB_ID="78", launch_rc="0")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert not hangs.exists()
+    (hangs / "fr").mkdir(parents=True)
+    (hangs / "no-progress").write_text("no progress for 130 s: rank 3 on jwb0002; job ended\n")
+    done = job_sh(script, tmp_path, hangs_dir=str(hangs), SLURM_JOB_ID="78", launch_rc="143")
+    assert (done.returncode, done.stderr) == (
+        124, "no progress for 130 s: rank 3 on jwb0002; job ended\n")
+    assert (hangs / "no-progress").exists()
 
 
 @pytest.mark.parametrize("given, fr, nccl", [

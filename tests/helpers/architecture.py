@@ -20,7 +20,7 @@ import ast
 import re
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Set, Tuple
+from typing import Dict, Iterable, List, Set
 
 ROOT = Path(__file__).resolve().parents[2]
 

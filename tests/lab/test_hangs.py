@@ -6,7 +6,8 @@ all_reduce. Checked:
   - `jsc-compose stacks JOBID` from outside the allocation names the odd one out, the job
     still runs afterwards;
   - a minute before the time limit (--signal=B:URG@60) the job's log gets the same lines;
-  - a job that does not hang finishes as before, with no stacks in its log;
+  - a job that does not hang finishes as before, with no stacks in its log, nothing left in
+    .hangs, and a start-up timeline (`jsc-compose timeline JOBID`) of every phase on both nodes;
   - the rendezvous timeouts the jobscript computed reach torchrun (--rdzv_conf in the log);
   - with launch.hang_timeout the same hang ends the job long before its time limit (exit 124),
     its log has the stacks and, last, one line naming rank 3, its node and load_batch; a job
@@ -148,17 +149,34 @@ def test_stacks_in_the_log_before_the_time_limit(cluster, shared_tmp):
 
 
 def test_normal_job_has_no_stacks(cluster, shared_tmp):
+    """... and leaves nothing in .hangs (issue 36: no hang report, so its directory is
+    removed), while its start-up timeline (kept) has every phase of both nodes, each rank's
+    marks from the kit's hook (so every rank was armed), and the picture."""
     job = render(shared_tmp, "00:05:00", "examples/ddp_train.py")
     res = cluster.run_job(str(job), ["-o", str(shared_tmp / "ok-%j.out")], timeout=240,
                           cwd=str(REPO))
     assert res.state == "COMPLETED", res.output
     assert "stacks:" not in res.output and "SIGURG" not in res.output, res.output
     assert len(res.summaries) == 1, res.output
-    # This job's files only: a lab restarted with fresh state numbers its jobs from 1 again,
-    # and .hangs/JOBID of an earlier job with this id may still be there.
-    files = sorted(Path(p).name.split(".")[0]
-                   for p in res.this_jobs((REPO / ".hangs" / res.job_id / "stacks").iterdir()))
-    assert files == ["rank-0", "rank-1", "rank-2", "rank-3"], files
+    assert not (REPO / ".hangs" / res.job_id).exists()
+    svg = shared_tmp / "timeline.svg"
+    p = subprocess.run([PY, "-m", "launcher", "timeline", res.job_id, "--svg", str(svg)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    print(p.stdout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"timeline of job {res.job_id}: 2 nodes, batch script started "), \
+        p.stdout
+    assert " on jwb0001, launch ended after " in lines[0], p.stdout
+    rows = {(line.split()[0], line[9:31].strip()) for line in lines[2:] if line.startswith("jwb")}
+    for node in ("jwb0001", "jwb0002"):  # 2 ranks each: both ranks' marks, every phase
+        assert {(node, "container up"), (node, "torchrun_jsc decided"),
+                (node, "rendezvous done"), (node, "workers started (2)"),
+                (node, "process group up (2)"), (node, "first collective (2)")} <= rows, rows
+    assert {("jwb0001", "batch start"), ("jwb0001", "step start")} <= rows, rows
+    assert [line.split(":")[0] for line in lines[-3:]] == ["slowest node", "slowest phase",
+                                                           "picture"], p.stdout
+    assert svg.read_text().count("<rect ") >= 2 * 7, svg.read_text()
 
 
 DEADLINE_S = 130  # launch.hang_timeout: a little above the least it takes for 2 nodes (121 s)
@@ -191,27 +209,52 @@ def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
     assert (REPO / ".hangs" / res.job_id / "no-progress").read_text() == last[0] + "\n"
 
 
+def run_reading_marks(cluster, job: Path, out: Path, timeout: float):
+    """The job run as cluster.run_job does, its progress marks read while it runs (the job
+    removes its .hangs/JOBID when it ends without a hang report, issue 36): the result and the
+    last reading that had every rank."""
+    from launcher.node import stacks as node_stacks
+
+    start = time.monotonic()
+    job_id = cluster.submit(str(job), ["-o", str(out)], cwd=str(REPO))
+    marks: dict = {}
+    deadline = start + timeout
+    while cluster.run(["squeue", "-h", "-j", job_id]).stdout.strip():
+        assert time.monotonic() < deadline, f"job {job_id} still running after {timeout} s"
+        seen = node_stacks.read_marks(str(REPO / ".hangs" / job_id))
+        if len([r for r in seen if isinstance(r, int)]) == 4:
+            marks = seen
+        time.sleep(0.5)
+    info = cluster.job_info(job_id)
+    res = cluster.JobResult(job_id=job_id, state=info.get("JobState", "?"),
+                            exit_code=info.get("ExitCode", "?"),
+                            num_nodes=int(info.get("NumNodes", "0")),
+                            elapsed_s=time.monotonic() - start,
+                            output=cluster.collect_output(job_id, info, str(REPO)), info=info)
+    return res, marks
+
+
 def test_progress_deadline_leaves_a_stepping_job_alone(cluster, shared_tmp):
     """A job that steps for longer than the deadline (400 steps of 0.5 s, collectives in
-    every step's backward) finishes and no line is printed; every rank's last mark holds about
-    the same count of collectives (ddp_train.py ends with os._exit, so atexit's "done" mark is
-    not written: the watcher stops with the launch, not on the marks)."""
+    every step's backward) finishes and no line is printed; every rank's mark, read while the
+    job runs, holds about the same count of collectives (ddp_train.py ends with os._exit, so
+    atexit's "done" mark is not written: the watcher stops with the launch, not on the marks);
+    the marks are one file per node, and gone with the job (no hang report)."""
     job = render(shared_tmp, "00:10:00", "examples/ddp_train.py, --steps, '400', --step-sleep, "
                  "'0.5'",
                  launch_extra=f"  hang_timeout: {DEADLINE_S}\n")
-    res = cluster.run_job(str(job), ["-o", str(shared_tmp / "steps-%j.out")], timeout=540,
-                          cwd=str(REPO))
+    res, marks = run_reading_marks(cluster, job, shared_tmp / "steps-%j.out", 540)
     assert res.state == "COMPLETED", res.output
     assert res.elapsed_s > DEADLINE_S + 60, res.elapsed_s  # it did outlast the deadline
     assert "no progress" not in res.output and "stacks:" not in res.output, res.output
-    marks = [p.read_text().split() for p in
-             sorted((REPO / ".hangs" / res.job_id / "progress").glob("rank-*"))]
-    assert len(marks) == 4 and all(m[-1] in ("state=run", "state=done") for m in marks), marks
-    counts = [int(m[0].split("=")[1]) for m in marks]
-    assert min(counts) > 400, marks  # the backward's collectives counted
+    assert not (REPO / ".hangs" / res.job_id).exists()
+    assert sorted(marks) == [0, 1, 2, 3] and not any(m["done"] for m in marks.values()), marks
+    counts = [m["world"] for m in marks.values()]
+    assert min(counts) > 300, marks  # the backward's collectives counted (2 per step)
     # Every rank issued as many collectives, but each mark is its count at the thread's last
-    # look (once a second) before os._exit, and the ranks' last looks differ by up to one
-    # period: the counts may differ by what two seconds of steps issue, not more (a rank whose
-    # backward went uncounted would be hundreds behind). Seen: 802, 803, 803, 804.
-    per_second = max(counts) / (400 * 0.5)
-    assert max(counts) - min(counts) <= 2 * per_second + 1, marks
+    # look (every 13 s, the ranks' looks nearly together), read at any moment: the counts may
+    # differ by what two seconds of steps issue, not more (a rank whose backward went
+    # uncounted would be hundreds behind).
+    stepping = max(m["t"] for m in marks.values()) - cluster.slurm_time(res.info["StartTime"])
+    per_second = max(counts) / stepping  # start-up included: a little less than the rate
+    assert max(counts) - min(counts) <= 2 * per_second + 1, (marks, per_second)

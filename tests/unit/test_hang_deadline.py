@@ -214,20 +214,43 @@ def test_only_the_jobs_own_steps_are_killed():
     assert stacks.job_steps("77", listed) == ["77.0", "77.1"]
 
 
-def test_marks_from_files(tmp_path):
+def slot_line(rank, world, t, state="run", all_=None, calls=0):
+    """A mark as the hook writes it into its slot (launcher/task/hook/sitecustomize.py _mark)."""
+    line = (f"rank={rank} world={world} all={world if all_ is None else all_} calls={calls} "
+            f"t={t:.3f} state={state}")
+    return (line.ljust(stacks.MARK_WIDTH - 1) + "\n").encode()
+
+
+def put(folder, node, slot, data: bytes):
+    """``data`` at ``slot`` of ``node``'s mark file (progress/marks.NODE), in place."""
+    path = folder / f"{stacks.MARKS_PREFIX}{node}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data, slot * stacks.MARK_WIDTH)
+    finally:
+        os.close(fd)
+
+
+def test_marks_from_one_file_per_node(tmp_path):
+    """Issue 36: O(nodes) files, each rank's line in place at its slot (its local rank)."""
     folder = tmp_path / "progress"
     folder.mkdir()
     (folder / "period").write_text("1\n")
-    (folder / "rank-0").write_text("world=3 all=7 calls=2 t=1500.250 state=run".ljust(95) + "\n")
-    (folder / "rank-1").write_text("world=2 all=6 calls=0 t=1400.000 state=done".ljust(95) + "\n")
-    (folder / "rank-2").write_text("world=1 all=1 calls=0 t=10.000 state=run".ljust(95) + "\n")
-    (folder / "rank-3").write_text("")  # caught while rewritten: its mtime counts
-    os.utime(folder / "rank-3", (1450.0, 1450.0))
+    (folder / "watcher").write_text("t=1.000\n")  # the watcher's own probe: not a mark
+    put(folder, "jwb0001", 0, slot_line(0, 3, 1500.25, all_=7, calls=2))
+    put(folder, "jwb0001", 1, slot_line(1, 2, 1400.0, "done", all_=6))
+    put(folder, "jwb0002", 0, slot_line(2, 1, 10.0))
+    put(folder, "jwb0002", 2, slot_line(7, 4, 1450.0)[:40])  # caught while rewritten
     marks = stacks.read_marks(str(tmp_path), since=1000.0)
     assert marks[0] == {"world": 3, "all": 7, "calls": 2, "t": 1500.25, "done": False}
     assert marks[1]["done"] is True
     assert 2 not in marks  # older than the watcher: an earlier attempt of a requeued job
-    assert marks[3] == {"world": None, "all": None, "calls": None, "t": 1450.0, "done": False}
+    # A torn slot is no time at all (no mtime stands in): a rank not started, for this look.
+    assert marks["marks.jwb0002:2"] == {"world": None, "all": None, "calls": None,
+                                        "t": 1000.0, "done": False}
+    assert sorted(k for k in marks if isinstance(k, int)) == [0, 1]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "marks.jwb0001", "marks.jwb0002", "period", "watcher"]
 
 
 def stuck_records():
@@ -273,9 +296,9 @@ def test_verdict_without_a_rank_behind():
 
 
 def write_mark(folder, rank, world, t):
-    """A running rank's mark as the hook writes it: WORLD collectives (all groups the same)."""
-    (folder / f"rank-{rank}").write_text(
-        f"world={world} all={world} calls=0 t={t:.3f} state=run".ljust(95) + "\n")
+    """A running rank's mark as the hook writes it: WORLD collectives (all groups the same),
+    at its slot of its node's file (2 ranks per node)."""
+    put(folder, f"jwb{rank // 2}", rank % 2, slot_line(rank, world, t))
 
 
 class Clock:
@@ -398,3 +421,77 @@ def test_watch_keeps_the_stacks_read_before_the_collection_timed_out(tmp_path, m
     assert "stacks: 3 ranks in all_reduce at train.py:42; rank 3 on jwb0002 in load_batch" in out
     assert (tmp_path / "no-progress").read_text().startswith(
         "no progress for 30 s: rank 3 on jwb0002 in load_batch at data.py:17")
+
+
+def test_a_stall_of_the_storage_is_not_no_progress(tmp_path, monkeypatch, capsys):
+    """Issue 36: storage that holds writes up (the ranks' marks and the watcher's own probe)
+    for longer than the deadline: the marks that land afterwards carry the times the ranks
+    stamped, so their age says nothing; the watcher sees its look come late, says so, and
+    counts from the stall's end. A real hang afterwards still ends the job, a deadline after
+    the last progress."""
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    clock = Clock(2.0e9)
+    looks = []
+
+    def probe(directory, now):  # the watcher's own write: held 100 s at the 4th look
+        looks.append(now)
+        if len(looks) == 4:
+            clock.now += 100
+    monkeypatch.setattr(stacks, "_probe", probe)
+
+    def sleep(s):
+        clock.sleep(s)
+        n = len(clock.sleeps)
+        if n <= 3:  # stepping: every rank moves at every look
+            for rank in range(4):
+                write_mark(folder, rank, n, clock.now)
+        if n == 4:  # stamped now, but the write lands only after the 100 s stall
+            stamped = clock.now
+
+            def landed(directory):
+                for rank in range(4):
+                    write_mark(folder, rank, 4, stamped)
+                return real_read(directory)
+            monkeypatch.setattr(stacks, "read_slots", landed)
+        if n == 5:  # stepping again, then stuck for good after the 6th look
+            monkeypatch.setattr(stacks, "read_slots", real_read)
+            for rank in range(4):
+                write_mark(folder, rank, 5, clock.now)
+    real_read = stacks.read_slots
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks, "list_steps", lambda job: [])
+    start = clock.now
+    stacks.watch("81", str(tmp_path), 30, 5, 1, [sys.executable, "-c", ""], clock=clock.time,
+                 sleep=sleep)
+    out = capsys.readouterr().out
+    # The stall: the 4th look came 105 s after the 3rd, 100 s late (its write was held up).
+    assert out.splitlines()[0] == (
+        f"job 81: launch.hang_timeout: storage stalled: the watcher's look at {tmp_path} came "
+        "100 s late (its own write or read there was held up); time in a stall is not counted "
+        "as no progress: the deadline counts from now (docs/guide/hangs.md)"), out
+    assert out.count("storage stalled") == 1, out
+    # Not ended at the 4th look (marks 100 s old), but 30 s after the last progress (5th look).
+    last_progress = start + 4 * 5 + 100 + 5
+    assert out.splitlines()[1].startswith(
+        f"job 81: no progress for 30 s (launch.hang_timeout 30) at "
+        f"{stacks.time_text(last_progress + 30)}"), out
+
+
+def test_a_mark_that_lands_late_is_named(tmp_path):
+    """A mark that changed since the last look but was stamped well before it: its write was
+    late (storage held it up), told apart from a rank that made no progress (no new mark) by
+    the time the rank stamped, never the file's mtime."""
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    for rank in range(4):
+        write_mark(folder, rank, 1, 1000.0)
+    before = stacks.read_slots(str(tmp_path))
+    write_mark(folder, 2, 2, 1001.0)  # stamped at 1001, read first at the look at 1200
+    write_mark(folder, 3, 2, 1195.0)  # written in time
+    os.utime(folder / "marks.jwb1", (1200.0, 1200.0))  # mtime says nothing either way
+    after = stacks.read_slots(str(tmp_path))
+    assert stacks.late_marks(after, before, 1190.0, 10.0) == {2: 189.0}
+    assert stacks.late_marks(after, after, 1190.0, 10.0) == {}  # unchanged: no progress, not late
+    assert stacks.overdue(stacks.marks_of(after), 1250.0, 30, counted_from=1200.0) == 50.0
+    assert stacks.overdue(stacks.marks_of(after), 1250.0, 30, counted_from=1240.0) is None

@@ -26,7 +26,7 @@ from typing import List, Mapping, Optional, Tuple
 from launcher.node.net.addresses import address_family, resolve_timeout
 from .decide import (Decision, LaunchError, NetFacts, Request, apply, decide, describe,
                      MIN_TORCH, MIN_TORCH_TEXT, parse_endpoint, passthrough_reason)
-from . import forward, usage
+from . import forward, phases, usage
 
 __all__ = ["main"]
 
@@ -75,6 +75,20 @@ def _launch(torch_run: ModuleType, args: argparse.Namespace, d: Decision) -> Non
     torch_run.run(apply(args, d))
 
 
+def _store_limits(args: argparse.Namespace, d: Decision) -> None:
+    """On the store host, the open files its connections need (store_limits.py)."""
+    import resource
+
+    from . import store_limits
+
+    line = store_limits.check(
+        d.is_host, args.nnodes, args.nproc_per_node,
+        lambda: resource.getrlimit(resource.RLIMIT_NOFILE),
+        lambda soft, hard: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    if line:
+        print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if usage.wants_version(argv):  # no torch needed (nor its seconds of import)
@@ -113,6 +127,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"torchrun_jsc: error: {e}", file=sys.stderr)
         return 2
     print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
+    phases.mark("decided")  # the job's start-up timeline (phases.py)
+    phases.install()
+    _store_limits(args, d)
     # As torchrun's own main: TORCHELASTIC_ERROR_FILE gets the first failed worker's root
     # cause (or the agent's exception), and faulthandler is on. In torch since 1.9.
     from torch.distributed.elastic.multiprocessing.errors import record

@@ -34,6 +34,8 @@ ENV_VARS: Tuple[Tuple[str, str], ...] = (
     ("TORCHRUN_JSC_PREFER_ARG_PATCHING=0", "same (compatible with the torchrun_jsc package)"),
     ("TORCHRUN_JSC_FORWARD_SIGNALS=USR2", "survive these signals (USR1, USR2) and pass them "
                                           "on to workers that catch them (job.requeue)"),
+    ("TORCHRUN_JSC_TIMELINE", "a folder: mark this node's start-up phases there (set by "
+                              "the kit's jobscripts; jsc-compose timeline)"),
     ("GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME", "yours win; set for workers only when unset"),
 )
 
