@@ -18,8 +18,9 @@ from typing import Callable, Dict
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("launch", "kit", "launchers", "teardown", "placement", "requeue", "preflight", "hangs",
             "storage", "container", "images", "scaling", "bandwidth")
-# minutes, and exclusive use of the lab (scale resizes it to up to 64 nodes): only with --only
-EXTRA = ("doctor-faults", "scale", "rendezvous")
+# minutes, and exclusive use of the lab (scale resizes it to up to 64 nodes; recovery kills
+# a node, revived after each run, and needs three nodes in batch): only with --only
+EXTRA = ("doctor-faults", "scale", "rendezvous", "recovery")
 
 
 def machine() -> str:
@@ -56,7 +57,8 @@ def main() -> int:
                     help="bandwidth section: examples/allreduce_bw.py's --floor (GB/s)")
     a = ap.parse_args()
     from bench import bandwidth_bench, cluster_bench, doctor_bench, hangs_bench, image_bench, \
-        kit_bench, launchers_bench, netns_bench, rdzv_bench, scale_bench, storage_bench
+        kit_bench, launchers_bench, netns_bench, rdzv_bench, recovery_bench, scale_bench, \
+        storage_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -68,6 +70,7 @@ def main() -> int:
         "requeue": lambda: cluster_bench.requeue(a.repeats),
         "preflight": lambda: doctor_bench.preflight(a.repeats),
         "doctor-faults": lambda: doctor_bench.faults(),
+        "recovery": lambda: recovery_bench.recovery(a.repeats),
         "hangs": lambda: hangs_bench.hangs(a.repeats),
         "storage": lambda: storage_bench.storage(),
         "container": lambda: netns_bench.with_network(
@@ -89,6 +92,7 @@ def main() -> int:
               "requeue": "Requeue (signal -> running again)",
               "preflight": "Preflight (launch.preflight: the doctor before the launch)",
               "doctor-faults": "Faults: the doctor vs the job without preflight",
+              "recovery": "Recovery (job.spare_nodes: a node killed -> the next step)",
               "hangs": "Hangs (launch.hang_timeout: step time, hang -> report)",
               "storage": "The hang machinery's load on shared storage, 64 nodes x 4 ranks",
               "container": "Container overhead", "images": "Images",

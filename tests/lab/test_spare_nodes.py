@@ -12,7 +12,8 @@ checkpoint every 5 steps):
   the job ends its steps with the requeue marker and requeues, and the second attempt
   completes.
 
-Needs three nodes in partition batch (the fixture brings the lab to three when it has fewer).
+Needs three nodes in partition batch (the fixture grows the lab to three in place when it has
+fewer).
 Every killed node is revived before the test ends.
 """
 
@@ -44,7 +45,7 @@ def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def three_nodes(cluster) -> None:
     nodes = set(sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").stdout.split())
-    if len(nodes) < 3:  # grown in place (cluster.sh resizes a running lab; no down)
+    if len(nodes) < 3:  # grown in place (a running lab keeps its jobs and accounting)
         up = sh(*CLUSTER, "up", "3", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
 
