@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 import pytest
 import yaml
@@ -43,11 +43,15 @@ def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def three_nodes(cluster) -> None:
+def three_nodes(cluster) -> Iterator[None]:
     nodes = set(sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").stdout.split())
     if len(nodes) < 3:  # grown in place (a running lab keeps its jobs and accounting)
         up = sh(*CLUSTER, "up", "3", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
+    yield
+    if len(nodes) < 3:  # the later tests get the lab they had (its 2 nodes), shrunk in place
+        back = sh(*CLUSTER, "up", str(len(nodes)), timeout=180)
+        assert back.returncode == 0, back.stdout + back.stderr
 
 
 def info(job_id: str) -> Dict[str, str]:
