@@ -746,14 +746,27 @@ node_state() {  # node_state NODE: Slurm's state of NODE (e.g. idle, down*, allo
     sinfo -h -N -n "$1" -o '%t' 2>/dev/null | head -n 1
 }
 
+slurmd_started_since() {  # slurmd_started_since NODE EPOCH: slurmctld saw NODE's slurmd start then
+    local when
+    when=$(scontrol show node -o "$1" 2>/dev/null | sed -n 's/.* SlurmdStartTime=\([^ ]*\).*/\1/p')
+    case $when in ""|None|Unknown) return 1 ;; esac
+    [ "$(date -d "$when" +%s 2>/dev/null || echo 0)" -ge "$2" ]
+}
+
 cmd_revive_node() {  # revive-node NODE
-    local name=${1:-} site k host_if state_now
+    local name=${1:-} site k host_if state_now started
     [ -n "$name" ] || die "usage: $0 revive-node NODE"
     read -r site k < <(node_site_k "$name")
     setup_node_net "$site" "$k"  # idempotent: the links up again
     if ! pid_alive "$state/slurmd-$name.pid" slurmd; then
+        started=$(date +%s)
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
             "$(site_hostname "$site" "$k")" slurmd -D -N "$name"
+        # Registered = slurmctld holds this slurmd's start time. A node killed less than
+        # SlurmdTimeout ago still looks fine in sinfo (no "*"), so its state alone says nothing:
+        # a job placed on it before the new slurmd listens fails to launch its steps.
+        wait_until 60 slurmd_started_since "$name" "$started" ||
+            die "slurmd of $name did not register in 60 s (log: $state/log/slurmd-$name.log)"
     fi
     # ReturnToService=2 returns a down node when its slurmd registers; one that Slurm drained
     # meanwhile (or that was down for another reason) is resumed here.

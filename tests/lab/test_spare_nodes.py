@@ -127,6 +127,11 @@ def kill(node: str, killed: List[str]) -> None:
     killed.append(node)
 
 
+def partition(state: str) -> None:
+    p = sh("scontrol", "update", "PartitionName=batch", f"State={state}")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 def revive(killed: List[str]) -> None:
     for node in killed:
         p = sh(*CLUSTER, "revive-node", node, timeout=180)
@@ -191,14 +196,21 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         kill(victim, killed)
         end = wait_for(job_id, base, name, rf"takes the place of {victim} ")
         wait_for(job_id, base, name, r"^step \d+ ", end)  # training goes on on the spare
+        # The second attempt needs all three nodes alive. Slurm learns of a dead node only
+        # after SlurmdTimeout, so it may place the requeued job on the two just killed (as on
+        # a site): the partition is down (queued jobs wait, running ones go on) until both
+        # are back.
+        partition("DOWN")
         kill(spare, killed)
         wait_for(job_id, base, name, rf"no spare left for {spare}")
         wait_for(job_id, base, name, r"requeued at ")
-        revive(killed)  # the second attempt needs all three nodes again
+        revive(killed)
         killed = []
+        partition("UP")
         wait_gone(job_id)
     finally:
         revive(killed)
+        partition("UP")
     out, i = output(base, name), info(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
