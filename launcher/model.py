@@ -157,6 +157,7 @@ class Runtime:
     data_path: Optional[str] = None  # enroot: placeholders {user}, {uid}, {job_id} allowed
     writable: bool = False  # enroot: a per-job writable copy instead of the shared read-only one
     keep_old: int = 1  # enroot: containers of older images kept per node and user
+    stage: Optional[str] = None  # the node-local directory the image is staged to; None: off
 
 
 @dataclass(frozen=True)

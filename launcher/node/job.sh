@@ -164,6 +164,50 @@ jsc_enroot_name() {  # NAME IMAGE
     enroot_name="$1-$enroot_stamp"
 }
 
+# --- Staging (runtime.stage; docs/guide/runtimes.md, "Staging the image to the nodes") ------
+# IMAGE copied once to every node's DIR (node-local) by Slurm's tree broadcast (sbcast): one
+# read of the shared filesystem instead of one per node and step. Every node then checks its
+# copy (launcher/node/stage.sh: this user's, its full size: a truncated copy never runs) and
+# removes copies that ended jobs of this user left there; the copy is removed at the job's end
+# (an EXIT trap: jsc_unstage). stage_image: the copy's path, the same on every node.
+jsc_stage() {  # IMAGE DIR
+    local size t0 jobs
+    if [ ! -f "$1" ]; then
+        echo "runtime.stage: $1 is not a file on $(hostname): only an image file (.sif," \
+            "squashfs) can be staged; runtime.stage: false runs it where it is" >&2
+        return 1
+    fi
+    stage_image="$2/torchrun-jsc-stage-$(id -u)-$SLURM_JOB_ID-${1##*/}"
+    size=$(stat -L -c %s -- "$1")
+    jsc_epoch
+    t0=$jsc_t
+    trap jsc_unstage EXIT
+    if ! sbcast --force --preserve "$1" "$stage_image"; then
+        echo "runtime.stage: sbcast could not copy $1 to $2 on every node (above): set" \
+            "runtime.stage.to to a node-local directory every node has, or runtime.stage:" \
+            "false" >&2
+        return 1
+    fi
+    jobs=$(jsc_user_jobs)
+    srun --kill-on-bad-exit=1 "--nodes=$nnodes" "--ntasks=$nnodes" --ntasks-per-node=1 \
+        --cpus-per-task=1 bash "$kit/node/stage.sh" "$stage_image" "$size" "$jobs" || return 1
+    jsc_epoch
+    echo "job ${SLURM_JOB_ID}: image $1 staged to $2 on $nnodes nodes in" \
+        "$(awk "BEGIN { printf \"%.1f\", $jsc_t - $t0 }") s (sbcast, $size bytes):" \
+        "the steps run $stage_image"
+}
+
+jsc_unstage() {  # the EXIT trap: remove the copy on every node (once)
+    trap - EXIT
+    if srun --overlap --kill-on-bad-exit=0 "--nodes=$nnodes" "--ntasks=$nnodes" \
+        --ntasks-per-node=1 --cpus-per-task=1 rm -f -- "$stage_image"; then
+        echo "job ${SLURM_JOB_ID}: staged image $stage_image removed on $nnodes nodes"
+    else
+        echo "runtime.stage: $stage_image was not removed on every node (above): the next" \
+            "job of yours that stages to that node removes it" >&2
+    fi
+}
+
 # The doctor's step (features/preflight.py): STEP... runs its checks on every node, one srun
 # task each; their reports go to `doctor OUTPUT` here with doctor_conf, the rendezvous and the
 # node list: table (launch.preflight: printed, a cross fails) or json (for `jsc-compose

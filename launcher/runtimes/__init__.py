@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Type, cast
 from launcher.model import Bind, JobSpec, Runtime, RuntimeKind
 from launcher.runtimes.apptainer import Apptainer
 from launcher.runtimes.bare import Bare
-from launcher.runtimes.base import RUNTIME_KEYS, ContainerRuntime, node_srun
+from launcher.runtimes.base import RUNTIME_KEYS, SCHEME, ContainerRuntime, node_srun
 from launcher.runtimes.enroot import Enroot
 from launcher.runtimes.enroot_scripts import placeholder_problem
 from launcher.runtimes.pyxis import Pyxis
@@ -95,7 +95,30 @@ def load(r: Reader, value: Any) -> Runtime:
         data_path=data_path,
         writable=r.boolean("runtime.writable", m.get("writable", False)),
         keep_old=r.integer("runtime.keep_old", m.get("keep_old", 1), 0, 100),
+        stage=_stage(r, m.get("stage", False), m.get("image")),
     )
+
+
+def _stage(r: Reader, value: Any, image: Any) -> Optional[str]:
+    """runtime.stage: false, true (to /tmp) or {to: DIR}: the node-local directory, or None."""
+    if value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise r.fail("runtime.stage", "must be true, false or {to: DIR} (a node-local "
+                     "directory, /tmp by default)", value)
+    m = r.mapping("runtime.stage", value, key_names(RUNTIME_KEYS, "runtime.stage"))
+    to = expandable(r, "runtime.stage.to", r.string("runtime.stage.to", m.get("to", "/tmp"),
+                                                    newline=False))
+    if not to.startswith(("/", "$")):
+        raise r.fail("runtime.stage.to", "must be an absolute node-local directory (or start "
+                     "with $VAR, expanded on the batch host)", to)
+    if isinstance(image, str) and SCHEME.match(image):
+        raise r.fail("runtime.stage", "copies an image file, but runtime.image is pulled from "
+                     f"a registry ({image}): pull it once on the login node (apptainer pull "
+                     "image.sif ...) and name the .sif file")
+    return to
 
 
 def _cache_dir(r: Reader, value: Any) -> Optional[str]:

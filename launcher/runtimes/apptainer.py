@@ -3,15 +3,17 @@
 Images: a .sif file, a sandbox directory, a squashfs file or a docker://, library://, oras://,
 shub://, http(s):// reference. Binds are written SRC:DST[:ro] and separated by ',', so
 neither ':' nor ',' can be in a bound path. Nothing to set up per node; the task's
-environment reaches the program (Apptainer passes it on).
+environment reaches the program (Apptainer passes it on). ``runtime.stage``: an image file
+is broadcast to every node's local storage first (sbcast) and every step runs that copy
+(launcher/node/job.sh ``jsc_stage``).
 """
 
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from launcher.runtimes.base import HASH_REF, PWD, REGISTRY_SLASH, SCHEME, SQUASHFS, BindRule, \
-    ContainerRuntime, bind_text
+from launcher.runtimes.base import HASH_REF, PWD, REGISTRY_SLASH, SCHEME, SQUASHFS, STAGED, \
+    BindRule, ContainerRuntime, bind_text, stage_lines
 from launcher.kit import KIT
 from launcher.shell import Assign, Statement, Token, expansion, word
 
@@ -20,7 +22,7 @@ _SCHEMES = ("docker", "library", "oras", "shub", "http", "https")
 
 class Apptainer(ContainerRuntime):
     kind = "apptainer"
-    keys = ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir")
+    keys = ("kind", "image", "binds", "bind_cwd", "nv", "cache_dir", "stage")
     bind_rule = BindRule(":,")
 
     @classmethod
@@ -44,6 +46,7 @@ class Apptainer(ContainerRuntime):
     def batch_lines(self) -> List[Statement]:
         cache = self.config.cache_dir
         out = self.cwd_guard() + self.image_guard(self.config.image)
+        out += stage_lines(self.config.image, self.config.stage)
         return out + ([] if cache is None else
                       [Assign("APPTAINER_CACHEDIR", expansion(cache), export=True)])
 
@@ -62,4 +65,5 @@ class Apptainer(ContainerRuntime):
         if self.config.bind_cwd:
             out += ["--bind", PWD]
         assert self.config.image is not None  # the spec loader requires it
-        return out + [expansion(self.config.image), *argv]
+        image = STAGED if self.config.stage is not None else expansion(self.config.image)
+        return out + [image, *argv]

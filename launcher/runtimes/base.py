@@ -96,6 +96,16 @@ RUNTIME_KEYS = (
     Key(('runtime.writable',),
         'false',
         'enroot: start a per-job writable copy (`--rw`) instead of the shared read-only container'),
+    Key(('runtime.stage',),
+        '`false`, `true` or `{to}`',
+        "copy the image file once per node to node-local storage with Slurm's tree broadcast "
+        '(`sbcast`) before the launch, check its size on every node and run that copy in every '
+        'step; removed at the end of the job '
+        '([staging](../guide/runtimes.md#staging-the-image-to-the-nodes)); apptainer only'),
+    Key(('runtime.stage.to',),
+        'absolute path, `/tmp`',
+        'the node-local directory the copy goes to (it must exist on every node; `$VAR` is '
+        'expanded on the batch host)'),
     Key(('runtime.keep_old',),
         '1',
         'enroot, pyxis (local image): containers of older images (same name) kept per node and '
@@ -146,6 +156,19 @@ class BindRule:
         """'whitespace, ':' or ','' (for messages)."""
         words = (["whitespace"] if self.whitespace else []) + [repr(c) for c in self.separators]
         return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+STAGED = Var("stage_image")  # the staged copy's path on every node (jsc_stage)
+
+
+def stage_lines(image: Optional[str], to: Optional[str]) -> List[Statement]:
+    """runtime.stage: the image copied to every node's ``to`` (launcher/node/job.sh
+    ``jsc_stage``: sbcast, a size check on every node, removed at the job's end); STAGED names
+    the copy. None when ``to`` is None."""
+    if to is None or image is None:
+        return []
+    return [Raw(join(["jsc_stage", expansion(image), expansion(to)]) + " || exit 1  # "
+                "runtime.stage: a copy on every node (sbcast), removed at the end")]
 
 
 def gpus_requested(spec: JobSpec) -> bool:
