@@ -20,7 +20,7 @@ SECTIONS = ("launch", "kit", "launchers", "teardown", "placement", "requeue", "p
             "storage", "container", "images", "scaling", "bandwidth")
 # minutes, and exclusive use of the lab (scale resizes it to up to 64 nodes; recovery kills
 # a node, revived after each run, and needs three nodes in batch): only with --only
-EXTRA = ("doctor-faults", "scale", "rendezvous", "recovery")
+EXTRA = ("doctor-faults", "scale", "rendezvous", "recovery", "stage")
 
 
 def machine() -> str:
@@ -50,6 +50,8 @@ def main() -> int:
     ap.add_argument("--scale-variants", default="floor,torchrun,kit-torchrun,kit-srun",
                     help="scale section: which of floor, torchrun, kit-torchrun, kit-srun, "
                          "kit-torchrun-bare")
+    ap.add_argument("--stage-sizes", default="8,32,64",
+                    help="node counts for the stage section (the lab is resized to each)")
     ap.add_argument("--rdzv-sizes", default="8,64,128,256",
                     help="agent counts for the rendezvous section (threads, no Slurm)")
     ap.add_argument("--bw-mb", type=int, default=64)
@@ -58,7 +60,7 @@ def main() -> int:
     a = ap.parse_args()
     from bench import bandwidth_bench, cluster_bench, doctor_bench, hangs_bench, image_bench, \
         kit_bench, launchers_bench, netns_bench, rdzv_bench, recovery_bench, scale_bench, \
-        storage_bench
+        stage_bench, storage_bench
 
     sizes = [int(n) for n in a.sizes.split(",")]
     sections: Dict[str, Callable[[], str]] = {
@@ -81,6 +83,8 @@ def main() -> int:
         "bandwidth": lambda: bandwidth_bench.bandwidth(a.repeats, a.bw_floor),
         "rendezvous": lambda: rdzv_bench.rendezvous(
             [int(n) for n in a.rdzv_sizes.split(",")], a.repeats),
+        "stage": lambda: stage_bench.stage([int(n) for n in a.stage_sizes.split(",")],
+                                           a.repeats),
         "scale": lambda: scale_bench.scale([int(n) for n in a.scale_sizes.split(",")],
                                            a.repeats, a.scale_variants.split(",")),
     }
@@ -100,7 +104,9 @@ def main() -> int:
               "bandwidth": "all_reduce bus bandwidth per node pair (gloo, allreduce_bw.py)",
               "rendezvous": "c10d rendezvous of N agents: join time, store host CPU, "
                             "the open-file limit (issue 36)",
-              "scale": "Time to the first step at N nodes, per phase, and its CPU (issue 36)"}
+              "scale": "Time to the first step at N nodes, per phase, and its CPU (issue 36)",
+              "stage": "runtime.stage: the image broadcast to N nodes vs N direct reads "
+                       "(issue 36)"}
     report = [f"# Bench results\n\nMachine: {machine()}\n"]
     for name in a.only or SECTIONS:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from bench.stats import Series, table
-from launcher.jobscript import render_jobscript
+from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -36,6 +36,14 @@ def runtime_for(spec: JobSpec, prelude: Sequence[Token] = (), exports: Sequence[
                                        forwards=tuple(forwards))
 
 
+# Why runtime.stage is refused for a kind (apptainer takes it).
+NO_STAGE = {
+    "bare": "the bare runtime has no image to stage",
+    "enroot": "is apptainer's: enroot reads the squashfs only where its set-up creates the "
+              "named container, once per image and node, and later steps and jobs reuse it",
+    "pyxis": "is apptainer's: pyxis reads the squashfs only where the kit's set-up creates "
+             "its named container, once per image and node, and later steps and jobs reuse it",
+}
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
@@ -74,6 +82,8 @@ def load(r: Reader, value: Any) -> Runtime:
     if not isinstance(value, dict):
         raise r.fail("runtime", "must be a mapping with a kind", value)
     kind = r.choice("runtime.kind", value.get("kind"), tuple(RUNTIMES))
+    if "stage" in value and kind in NO_STAGE:
+        raise r.fail("runtime.stage", NO_STAGE[kind], value["stage"])
     m = r.mapping("runtime", value, RUNTIMES[kind].keys,
                   required=("image",) if kind != "bare" else ())
     nv = m.get("nv", "auto")

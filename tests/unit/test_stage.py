@@ -1,0 +1,141 @@
+"""Ring 1: runtime.stage (issue 36, item 5; docs/guide/runtimes.md "Staging the image to the
+nodes"): what the spec accepts and the one line it refuses everything else with, what the
+jobscript runs (the staging line in the runtime paragraph, every step on the staged copy, no
+other change), and the per-node check launcher/node/stage.sh run for real by bash in a
+directory here: a copy of the wrong size or owner stops the job with one line, copies that
+ended jobs of the user left are removed, a running or newer job's never."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher import kit
+from launcher.model import SpecError
+from launcher.render.jobscript import render_jobscript
+from launcher.spec import parse_spec
+
+STAGE_SH = Path(kit.installed()) / "node" / "stage.sh"
+
+
+def spec_text(kind: str = "apptainer", image: str = "image.sif", stage: str = "true",
+              mode: str = "torchrun") -> str:
+    return (f"job: {{nodes: 2}}\nruntime: {{kind: {kind}, image: {image}, stage: {stage}}}\n"
+            f"launch: {{mode: {mode}}}\nprogram: [python3, train.py]\n")
+
+
+def render(text: str) -> str:
+    return render_jobscript(parse_spec(text, "x.yaml"))
+
+
+def flat(text: str) -> str:
+    """The script's words, its line breaks and continuations aside."""
+    return " ".join(text.replace("\\\n", " ").split())
+
+
+def test_stage_true_copies_to_tmp_and_every_step_runs_the_copy():
+    text = render(spec_text())
+    assert "jsc_stage image.sif /tmp || exit 1  # runtime.stage: a copy on every node " \
+        "(sbcast), removed at the end\n" in text
+    launch = text[text.index("# Launch:"):]
+    assert '"${stage_image}" sh "${kit}/task/hook.sh"' in launch
+    assert "image.sif" not in launch
+    # Staging off: the same script without the staging line and with the image itself.
+    plain = render(spec_text(stage="false"))
+    assert "jsc_stage" not in plain and "stage_image" not in plain
+    staged = text.replace("jsc_stage image.sif /tmp || exit 1  # runtime.stage: a copy on "
+                          "every node (sbcast), removed at the end\n", "")
+    assert flat(staged.replace('"${stage_image}"', "image.sif")) == flat(plain)
+
+
+@pytest.mark.parametrize("stage,word", [
+    ("{to: /local/scratch}", "/local/scratch"),
+    ("{to: $LOCAL_SCRATCH}", '"${LOCAL_SCRATCH}"'),
+    ("{}", "/tmp"),
+])
+def test_stage_to_names_the_node_local_directory(stage, word):
+    assert f"jsc_stage image.sif {word} || exit 1" in render(spec_text(stage=stage))
+
+
+def test_stage_in_the_srun_mode_and_the_doctor_steps_too():
+    text = flat(render(spec_text(mode="srun, preflight: true")))
+    assert '"${stage_image}" sh "${kit}/task/hook.sh" python3 train.py &' in text
+    doctor = text[text.index("jsc_doctor"):text.index("# Launch:")]
+    assert '"${stage_image}"' in doctor and "image.sif" not in doctor
+
+
+@pytest.mark.parametrize("text,line", [
+    (spec_text(stage="{to: scratch}"),
+     "x.yaml: runtime.stage.to: must be an absolute node-local directory (or start with $VAR, "
+     "expanded on the batch host), got 'scratch'"),
+    (spec_text(stage="3"),
+     "x.yaml: runtime.stage: must be true, false or {to: DIR} (a node-local directory, /tmp by "
+     "default), got 3"),
+    (spec_text(stage="{dir: /tmp}"),
+     "x.yaml: runtime.stage: unknown key 'dir' (accepted: to)"),
+    (spec_text(image="docker://nvcr.io/nvidia/pytorch:24.01"),
+     "x.yaml: runtime.stage: copies an image file, but runtime.image is pulled from a registry "
+     "(docker://nvcr.io/nvidia/pytorch:24.01): pull it once on the login node (apptainer pull "
+     "image.sif ...) and name the .sif file"),
+    (spec_text(kind="enroot", image="image.sqsh"),
+     "x.yaml: runtime.stage: is apptainer's: enroot reads the squashfs only where its set-up "
+     "creates the named container, once per image and node, and later steps and jobs reuse "
+     "it, got True"),
+    (spec_text(kind="pyxis", image="image.sqsh"),
+     "x.yaml: runtime.stage: is apptainer's: pyxis reads the squashfs only where the kit's "
+     "set-up creates its named container, once per image and node, and later steps and jobs "
+     "reuse it, got True"),
+])
+def test_bad_stage_values_are_refused_in_one_line(text, line):
+    with pytest.raises(SpecError) as err:
+        parse_spec(text, "x.yaml")
+    assert str(err.value) == line
+
+
+def run_check(copy: Path, size: int, jobs: str, job_id: str = "50"):
+    env = {**os.environ, "SLURM_JOB_ID": job_id}
+    return subprocess.run(["bash", str(STAGE_SH), str(copy), str(size), jobs],
+                          capture_output=True, text=True, env=env, timeout=30)
+
+
+def test_the_node_check_removes_ended_jobs_copies_only(tmp_path):
+    uid = os.getuid()
+    copy = tmp_path / f"torchrun-jsc-stage-{uid}-50-image.sif"
+    copy.write_bytes(b"x" * 1000)
+    ended = tmp_path / f"torchrun-jsc-stage-{uid}-7-image.sif"
+    running = tmp_path / f"torchrun-jsc-stage-{uid}-8-other.sif"
+    newer = tmp_path / f"torchrun-jsc-stage-{uid}-51-image.sif"
+    others = tmp_path / f"torchrun-jsc-stage-{uid + 1}-7-image.sif"
+    for path in (ended, running, newer, others):
+        path.write_bytes(b"y")
+    done = run_check(copy, 1000, "8\n50")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"runtime.stage: removed {ended} on {os.uname().nodename} " \
+        "(job 7 has ended)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in (copy, running, newer, others))
+    # squeue could not be asked: nothing is removed.
+    assert run_check(copy, 1000, "unknown").stdout == "" and running.exists()
+
+
+def test_a_truncated_or_missing_copy_stops_the_job_in_one_line(tmp_path):
+    uid = os.getuid()
+    copy = tmp_path / f"torchrun-jsc-stage-{uid}-50-image.sif"
+    copy.write_bytes(b"x" * 10)
+    done = run_check(copy, 1000, "50")
+    host = os.uname().nodename
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (f"runtime.stage: the copy {copy} on {host} is not the image (size "
+                           f"10 of 1000 bytes, owner {uid}, uid {uid}): the job stops; is its "
+                           "directory full or not node-local?\n")
+    copy.unlink()
+    done = run_check(copy, 1000, "50")
+    assert done.returncode == 1 and "(size none of 1000 bytes, owner none" in done.stderr
+    # A link (someone's file in a shared /tmp) is never run.
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"x" * 1000)
+    copy.symlink_to(target)
+    assert run_check(copy, 1000, "50").returncode == 1
