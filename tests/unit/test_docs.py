@@ -173,13 +173,15 @@ PROBES: List[Dict[str, Any]] = [
      "site": {"profile": "generic", "venv_build": {"horovod": {"nccl_home": "/n"}}},
      "env": {"set": {"A": "b"}},
      "runtime": {"kind": kind, "image": "/i.sqsh" if kind != "apptainer" else "/i.sif",
-                 "binds": [{"source": "/a"}]} if kind != "bare" else {"kind": "bare"},
+                 "binds": [{"source": "/a"}],
+                 **({"stage": {"to": "/tmp"}} if kind == "apptainer" else {})}
+     if kind != "bare" else {"kind": "bare"},
      "launch": {"preflight": {"fake_gpus": True}},
      "program": ["true"]}
     for kind in ("bare", "apptainer", "enroot", "pyxis")
 ]
 EXPECTED_MAPPINGS = {"", "job", "job.requeue", "site", "site.venv_build",
-                     "site.venv_build.horovod", "env", "runtime", "runtime.binds[]", "launch",
+                     "site.venv_build.horovod", "env", "runtime", "runtime.binds[]", "runtime.stage", "launch",
                      "launch.preflight"}
 
 
