@@ -25,13 +25,15 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import pytest
 import yaml
 
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
+from tests.helpers import labsize
+from tests.helpers.labjobs import job_fields, release_requeue_hold
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
@@ -44,19 +46,8 @@ def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def three_nodes(cluster) -> Iterator[None]:
-    nodes = set(sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").stdout.split())
-    if len(nodes) < 3:  # grown in place (a running lab keeps its jobs and accounting)
-        up = sh(*CLUSTER, "up", "3", timeout=180)
-        assert up.returncode == 0, up.stdout + up.stderr
-    yield
-    if len(nodes) < 3:  # the later tests get the lab they had (its 2 nodes), shrunk in place
-        back = sh(*CLUSTER, "up", str(len(nodes)), timeout=180)
-        assert back.returncode == 0, back.stdout + back.stderr
-
-
-def info(job_id: str) -> Dict[str, str]:
-    return dict(t.split("=", 1) for t in sh("scontrol", "show", "job", "-o", job_id).stdout.split()
-                if "=" in t)
+    with labsize.at_least(3):
+        yield
 
 
 def workdir(base: Path) -> Path:
@@ -112,12 +103,7 @@ def wait_gone(job_id: str) -> None:
     deadline, held = time.monotonic() + TIMEOUT_S, {}
     while sh("squeue", "-h", "-j", job_id).stdout.strip():
         assert time.monotonic() < deadline, f"job {job_id} still queued"
-        i = info(job_id)
-        if i.get("JobState") == "PENDING" and i.get("Reason") == "BeginTime":
-            # the credential hold of a requeued job (test_requeue.py says why not at once)
-            since = held.setdefault(i.get("Restarts"), time.monotonic())
-            if time.monotonic() - since > 2:
-                sh("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        release_requeue_hold(job_id, job_fields(job_id), held)
         time.sleep(0.5)
 
 
@@ -164,7 +150,7 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
         wait_gone(job_id)
     finally:
         revive(killed)
-    out, i = output(base, name), info(job_id)
+    out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
     lost = re.search(rf"^job {job_id}: node {victim} lost at .*: no heartbeat for (\d+) s$",
                      out, re.M)
@@ -211,7 +197,7 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
     finally:
         revive(killed)
         partition("UP")
-    out, i = output(base, name), info(job_id)
+    out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
                      "from the last periodic checkpoint$", out, re.M), out
