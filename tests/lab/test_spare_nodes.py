@@ -154,7 +154,8 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
     lost = re.search(rf"^job {job_id}: node {victim} lost at .*: no heartbeat for (\d+) s$",
                      out, re.M)
-    assert lost and 10 <= int(lost.group(1)) <= 14, out
+    # not before the heartbeat timeout (10 s); how soon after it: bench --only recovery
+    assert lost and 10 <= int(lost.group(1)) <= 30, out
     assert (f"job {job_id}: spare {spare} takes the place of {victim} (node rank 1; "
             "0 spares left)") in out, out
     [summary] = summaries(out)
