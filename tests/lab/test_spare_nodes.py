@@ -32,6 +32,7 @@ import yaml
 
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
+from launcher.submit import timeline
 from tests.helpers import labsize
 from tests.helpers.labjobs import job_fields, release_requeue_hold
 
@@ -168,7 +169,15 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     assert resumed in before and resumed >= max(before) - 5, (resumed, before)
     # after it, every checkpointed step once, in order, up to the end
     assert after == list(range(resumed + 5, total + 1, 5)), (resumed, after)
-    print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}")
+    # the recovery on the job's timeline: the loss, the spare, every node training again
+    shown = timeline.report(timeline.read(job_id, str(base)))
+    assert re.search(rf"^recovery 1: {victim} lost at [\d.]+ s, spare {spare} started at ",
+                     shown, re.M), shown
+    again = re.search(r"^recovery 1: training again ([\d.]+) s after the loss \(first "
+                      r"collective of 2 nodes, the last \S+\)$", shown, re.M)
+    assert again, shown
+    print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}; "
+          f"training again {again.group(1)} s after the loss")
 
 
 def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
