@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from bench.stats import Series, ratio, table
-from launcher.render.jobscript import render_jobscript
-from launcher.spec import parse_spec
+from bench.jobs import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ["bash", str(ROOT / "scripts" / "cluster.sh")]
@@ -46,7 +45,6 @@ def _sh(*argv: str) -> str:
 
 
 def render() -> Path:
-    OUT.mkdir(parents=True, exist_ok=True)
     ckpt = (ROOT / "bench-results" / "recovery-ckpt").relative_to(ROOT)
     spec = (
         "job: {name: recovery-bench, nodes: 2, spare_nodes: 1, time: '00:10:00',"
@@ -54,9 +52,8 @@ def render() -> Path:
         "site: jsc\nruntime: {kind: apptainer, image: image.sif}\nlaunch: {mode: torchrun}\n"
         "program: [python3, -u, examples/ddp_train.py, --steps, '100000', --step-sleep, '0.2',"
         f" --checkpoint-dir, {ckpt}, --checkpoint-every, '1']\n")
-    (OUT / "recovery_bench.yaml").write_text(spec)
     job = OUT / "recovery_bench.job"
-    job.write_text(render_jobscript(parse_spec(spec, "bench-results/jobs/recovery_bench.yaml")))
+    job.write_text(compose("recovery_bench", spec))
     return job
 
 
