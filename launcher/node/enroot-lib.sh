@@ -34,6 +34,15 @@ enroot_data_path() {
     printf '%s\n' "$found"
 }
 
+# True under pyxis' container_scope=job (its plugstack configuration): pyxis then names,
+# creates and removes the containers per job itself (pyxis-setup.sh, enroot-need.sh).
+pyxis_job_scope() {
+    local plugstack
+    plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p') ||
+        plugstack=""
+    [ -n "$plugstack" ] && grep -rqs -- "container_scope=job" "${plugstack%/*}"
+}
+
 # The per-user cache directory (TORCHRUN_JSC_CACHE, launcher.runtimes.base.cache_lines), made
 # on the node: never followed through a link or taken over from another user (a planted Triton
 # kernel would run in this user's job). Enroot mounts it at its own path over the container's

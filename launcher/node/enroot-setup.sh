@@ -1,6 +1,8 @@
 # shellcheck shell=bash
-# bash "$kit/node/enroot-setup.sh" IMAGE NAME KEEP RUN RUNNING: the Enroot runtime's
-# set-up, once per node (srun --ntasks-per-node=1) before the launch.
+# bash "$kit/node/enroot-setup.sh" IMAGE NAME KEEP RUN RUNNING [STAGED]: the Enroot runtime's
+# set-up, once per node (srun --ntasks-per-node=1) before the launch; the container is created
+# from STAGED where runtime.stage copied the image to this node (jsc_stage_create), which is
+# then removed (it is this job's, for this create only).
 # Once per node (srun --ntasks-per-node=1). A container only ever appears under its real name
 # by an atomic rename of a finished tree, so a kill at any moment leaves at most a
 # ".partial-HOST-..." directory (hidden from `enroot list`, never started) that the next job
@@ -14,7 +16,11 @@
 # one (a larger id) may have created its container since: that one is never removed here (a
 # later job's set-up removes it once it has ended).
 set -euo pipefail
-image=$1 name=$2 keep=$3 run=$4 running=$5
+image=$1 name=$2 keep=$3 run=$4 running=$5 staged=${6:-}
+if [ -n "$staged" ] && [ -f "$staged" ]; then
+    trap 'rm -f -- "$staged"' EXIT
+    image=$staged
+fi
 # shellcheck source=enroot-lib.sh
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
 data=$(enroot_data_path) host=$(hostname)

@@ -169,9 +169,11 @@ jsc_enroot_name() {  # NAME IMAGE
 # read of the shared filesystem instead of one per node and step. Every node then checks its
 # copy (launcher/node/stage.sh: this user's, its full size: a truncated copy never runs) and
 # removes copies that ended jobs of this user left there; the copy is removed at the job's end
-# (an EXIT trap: jsc_unstage). stage_image: the copy's path, the same on every node.
-jsc_stage() {  # IMAGE DIR
-    local size t0 jobs
+# (an EXIT trap: jsc_unstage). stage_image: the copy's path, the same on every node. With
+# NODES (a comma-separated list) only those get it, and the set-up that creates the container
+# from it removes it (enroot, pyxis: jsc_stage_create).
+jsc_stage() {  # IMAGE DIR [NODES]
+    local size t0 jobs count=$nnodes where=() what="the steps run"
     if [ ! -f "$1" ]; then
         echo "runtime.stage: $1 is not a file on $(hostname): only an image file (.sif," \
             "squashfs) can be staged; runtime.stage: false runs it where it is" >&2
@@ -181,20 +183,45 @@ jsc_stage() {  # IMAGE DIR
     size=$(stat -L -c %s -- "$1")
     jsc_epoch
     t0=$jsc_t
-    trap jsc_unstage EXIT
-    if ! sbcast --force --preserve "$1" "$stage_image"; then
+    if [ -n "${3:-}" ]; then
+        count=$(tr , '\n' <<<"$3" | grep -c .)
+        where=("--nodelist=$3")
+        what="the set-up creates the container from"
+    else
+        trap jsc_unstage EXIT
+    fi
+    if ! sbcast "${where[@]}" --force --preserve "$1" "$stage_image"; then
         echo "runtime.stage: sbcast could not copy $1 to $2 on every node (above): set" \
             "runtime.stage.to to a node-local directory every node has, or runtime.stage:" \
             "false" >&2
         return 1
     fi
     jobs=$(jsc_user_jobs)
-    srun --kill-on-bad-exit=1 "--nodes=$nnodes" "--ntasks=$nnodes" --ntasks-per-node=1 \
-        --cpus-per-task=1 bash "$kit/node/stage.sh" "$stage_image" "$size" "$jobs" || return 1
+    srun --kill-on-bad-exit=1 "${where[@]}" "--nodes=$count" "--ntasks=$count" \
+        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" "$stage_image" \
+        "$size" "$jobs" || return 1
     jsc_epoch
-    echo "job ${SLURM_JOB_ID}: image $1 staged to $2 on $nnodes nodes in" \
+    echo "job ${SLURM_JOB_ID}: image $1 staged to $2 on $count node$([ "$count" -eq 1 ] ||
+        echo s) in" \
         "$(awk "BEGIN { printf \"%.1f\", $jsc_t - $t0 }") s (sbcast, $size bytes):" \
-        "the steps run $stage_image"
+        "$what $stage_image"
+}
+
+# runtime.stage for enroot and pyxis (KIND): the squashfs enroot_image goes only to the nodes
+# whose set-up will create container enroot_name from it (launcher/node/enroot-need.sh asks
+# every node once); the set-up reads the copy and removes it. None needs it: nothing staged,
+# stage_image empty (the set-up reads the image where it is, should a node need it after all).
+jsc_stage_create() {  # KIND DIR
+    local need
+    stage_image=""
+    need=$(srun --kill-on-bad-exit=1 "--nodes=$nnodes" "--ntasks=$nnodes" --ntasks-per-node=1 \
+        --cpus-per-task=1 bash "$kit/node/enroot-need.sh" "$1" "$enroot_name") || return 1
+    need=$(sort -u <<<"$need" | paste -sd, -)
+    if [ -z "$need" ]; then
+        echo "job ${SLURM_JOB_ID}: container $enroot_name is on every node already: not staged"
+        return 0
+    fi
+    jsc_stage "$enroot_image" "$2" "$need"
 }
 
 jsc_unstage() {  # the EXIT trap: remove the copy on every node (once)

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# bash "$kit/node/pyxis-setup.sh" IMAGE NAME KEEP: pyxis' named container, created by
-# the kit once per node before the launch.
+# bash "$kit/node/pyxis-setup.sh" IMAGE NAME KEEP [STAGED]: pyxis' named container, created by
+# the kit once per node before the launch; from STAGED where runtime.stage copied the image to
+# this node (jsc_stage_create), which is then removed (it is this job's, for this create only).
 # pyxis unpacks a named container in place too (`enroot create --name pyxis_NAME`, listed while
 # it extracts) and reuses whatever it finds under that name: a job cancelled while pyxis
 # unpacked left a partial tree that the next job started (seen in the lab: torch without its
@@ -10,12 +11,15 @@
 # ENROOT_DATA_PATH), so this script uses only Enroot's commands, never the path. Under
 # pyxis' container_scope=job the name is per job and pyxis removes it: nothing to do.
 set -euo pipefail
-image=$1 name=pyxis_$2 keep=$3 host=$(hostname)
+image=$1 name=pyxis_$2 keep=$3 staged=${4:-} host=$(hostname)
 # shellcheck source=enroot-lib.sh
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
+if [ -n "$staged" ] && [ -f "$staged" ]; then
+    trap 'rm -f -- "$staged"' EXIT
+    image=$staged
+fi
 jsc_cache_dir
-plugstack=$(scontrol show config 2>/dev/null | sed -n 's/^PlugStackConfig *= *//p') || plugstack=""
-if [ -n "$plugstack" ] && grep -rqs -- "container_scope=job" "${plugstack%/*}"; then
+if pyxis_job_scope; then
     echo "pyxis: container_scope=job, pyxis creates and removes the container per job"
     exit 0
 fi

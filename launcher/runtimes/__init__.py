@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Type, cast
 from launcher.model import Bind, JobSpec, Runtime, RuntimeKind
 from launcher.runtimes.apptainer import Apptainer
 from launcher.runtimes.bare import Bare
-from launcher.runtimes.base import RUNTIME_KEYS, SCHEME, ContainerRuntime, node_srun
+from launcher.runtimes.base import RUNTIME_KEYS, SCHEME, SQUASHFS, ContainerRuntime, node_srun
 from launcher.runtimes.enroot import Enroot
 from launcher.runtimes.enroot_scripts import placeholder_problem
 from launcher.runtimes.pyxis import Pyxis
@@ -39,10 +39,6 @@ def runtime_for(spec: JobSpec, prelude: Sequence[Token] = (), exports: Sequence[
 # Why runtime.stage is refused for a kind (apptainer takes it).
 NO_STAGE = {
     "bare": "the bare runtime has no image to stage",
-    "enroot": "is apptainer's: enroot reads the squashfs only where its set-up creates the "
-              "named container, once per image and node, and later steps and jobs reuse it",
-    "pyxis": "is apptainer's: pyxis reads the squashfs only where the kit's set-up creates "
-             "its named container, once per image and node, and later steps and jobs reuse it",
 }
 _CONTAINER_NAME = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
@@ -105,11 +101,11 @@ def load(r: Reader, value: Any) -> Runtime:
         data_path=data_path,
         writable=r.boolean("runtime.writable", m.get("writable", False)),
         keep_old=r.integer("runtime.keep_old", m.get("keep_old", 1), 0, 100),
-        stage=_stage(r, m.get("stage", False), m.get("image")),
+        stage=_stage(r, m.get("stage", False), m.get("image"), kind),
     )
 
 
-def _stage(r: Reader, value: Any, image: Any) -> Optional[str]:
+def _stage(r: Reader, value: Any, image: Any, kind: str) -> Optional[str]:
     """runtime.stage: false, true (to /tmp) or {to: DIR}: the node-local directory, or None."""
     if value is False:
         return None
@@ -124,6 +120,10 @@ def _stage(r: Reader, value: Any, image: Any) -> Optional[str]:
     if not to.startswith(("/", "$")):
         raise r.fail("runtime.stage.to", "must be an absolute node-local directory (or start "
                      "with $VAR, expanded on the batch host)", to)
+    if isinstance(image, str) and kind == "pyxis" and not image.endswith(SQUASHFS):
+        raise r.fail("runtime.stage", "copies an image file, but pyxis imports this registry "
+                     f"image itself ({image}): import it once (enroot import -o image.sqsh "
+                     "...) and name the .sqsh file")
     if isinstance(image, str) and SCHEME.match(image):
         raise r.fail("runtime.stage", "copies an image file, but runtime.image is pulled from "
                      f"a registry ({image}): pull it once on the login node (apptainer pull "

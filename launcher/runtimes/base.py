@@ -99,9 +99,10 @@ RUNTIME_KEYS = (
     Key(('runtime.stage',),
         '`false`, `true` or `{to}`',
         "copy the image file once per node to node-local storage with Slurm's tree broadcast "
-        '(`sbcast`) before the launch, check its size on every node and run that copy in every '
-        'step; removed at the end of the job '
-        '([staging](../guide/runtimes.md#staging-the-image-to-the-nodes)); apptainer only'),
+        '(`sbcast`) before the launch and check its size on every node; apptainer runs that copy '
+        'in every step and removes it at the end of the job; enroot and pyxis (a local squashfs) '
+        'copy it only to the nodes that do not have the container yet and create it from there '
+        '([staging](../guide/runtimes.md#staging-the-image-to-the-nodes))'),
     Key(('runtime.stage.to',),
         'absolute path, `/tmp`',
         'the node-local directory the copy goes to (it must exist on every node; `$VAR` is '
@@ -169,6 +170,16 @@ def stage_lines(image: Optional[str], to: Optional[str]) -> List[Statement]:
         return []
     return [Raw(join(["jsc_stage", expansion(image), expansion(to)]) + " || exit 1  # "
                 "runtime.stage: a copy on every node (sbcast), removed at the end")]
+
+
+def stage_create_lines(kind: str, to: Optional[str]) -> List[Statement]:
+    """runtime.stage for enroot and pyxis: the squashfs copied to the nodes whose set-up will
+    create the container (launcher/node/job.sh ``jsc_stage_create``), which reads the copy
+    (STAGED, its last argument) and removes it."""
+    if to is None:
+        return []
+    return [Raw(join(["jsc_stage_create", kind, expansion(to)]) + " || exit 1  # "
+                "runtime.stage: a copy where the container is created (sbcast)")]
 
 
 def gpus_requested(spec: JobSpec) -> bool:

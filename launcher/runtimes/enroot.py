@@ -15,14 +15,15 @@ from typing import List, Optional, Sequence
 from launcher import kit
 from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, HASH_REF, PWD, SCHEME, SQUASHFS, \
-    ContainerRuntime, bind_text, cache_lines, gpu_lines, gpus_requested, stamped_name
+    STAGED, ContainerRuntime, bind_text, cache_lines, gpu_lines, gpus_requested, \
+    stage_create_lines, stamped_name
 from launcher.shell import Assign, Raw, Statement, Token, Var, word
 
 
 class Enroot(ContainerRuntime):
     kind = "enroot"
     keys = ("kind", "image", "binds", "bind_cwd", "container_name", "data_path", "writable",
-            "keep_old")
+            "keep_old", "stage")
     bind_rule = enroot_scripts.MOUNT_RULE
 
     @classmethod
@@ -48,6 +49,7 @@ class Enroot(ContainerRuntime):
                            "~/.local/share/enroot); runtime.data_path sets it"))
         out += gpu_lines(self.spec) + cache_lines()
         out += stamped_name(self.config.container_name, self.config.image)
+        out += stage_create_lines(self.kind, self.config.stage)
         run = word(Var("enroot_name"), ".job", Var("SLURM_JOB_ID")) if self.config.writable \
             else Var("enroot_name")
         out += [Assign("enroot_run", run), *(Raw(line) for line in enroot_scripts.JOBS_LINES),
@@ -68,7 +70,7 @@ class Enroot(ContainerRuntime):
     def setup_argv(self) -> List[Token]:
         return ["bash", kit.file("node/enroot-setup.sh"), Var("enroot_image"),
                 Var("enroot_name"), str(self.config.keep_old), Var("enroot_run"),
-                Var(enroot_scripts.JOBS_VAR)]
+                Var(enroot_scripts.JOBS_VAR), *([STAGED] if self.config.stage else [])]
 
     def enter(self, argv: Sequence[Token], task_env: Sequence[str] = ()) -> List[Token]:
         # Read-only unless runtime.writable (then a per-job copy): no job writes into a

@@ -17,8 +17,8 @@ from typing import List, Optional, Union
 from launcher import kit
 from launcher.runtimes import enroot_scripts
 from launcher.runtimes.base import CACHE_NAMES, DRIVER_CAPS, PWD, REGISTRY_SLASH, SCHEME, \
-    SQUASHFS, ContainerRuntime, bind_parts, cache_lines, gpu_lines, gpus_requested, \
-    local_squashfs, stamped_name, stem
+    SQUASHFS, STAGED, ContainerRuntime, bind_parts, cache_lines, gpu_lines, gpus_requested, \
+    local_squashfs, stage_create_lines, stamped_name, stem
 from launcher.shell import Raw, Statement, Token, Var, anchored, expansion_parts, \
     literal_or_word, word
 
@@ -31,7 +31,7 @@ _SCHEMES = ("docker", "dockerd", "podman")
 
 class Pyxis(ContainerRuntime):
     kind = "pyxis"
-    keys = ("kind", "image", "binds", "bind_cwd", "container_name", "keep_old")
+    keys = ("kind", "image", "binds", "bind_cwd", "container_name", "keep_old", "stage")
     bind_rule = enroot_scripts.MOUNT_RULE
     task_script_inside = True
     mpirun_problem = ("pyxis containers start only through srun; use launch.mpi: srun or "
@@ -65,6 +65,7 @@ class Pyxis(ContainerRuntime):
         out = self.cwd_guard() + self.image_guard(local)
         if local is not None:  # a registry image's name cannot carry a stamp
             out += stamped_name(self.config.container_name, local)
+            out += stage_create_lines(self.kind, self.config.stage)
         # pyxis hands the step's environment to Enroot's hooks: the GPUs Slurm gave the job on
         # this node, never the image's `all`, `void` when none.
         out += [Raw('export NVIDIA_VISIBLE_DEVICES="${SLURM_JOB_GPUS:-void}"')]
@@ -88,7 +89,8 @@ class Pyxis(ContainerRuntime):
         if local_squashfs(self.config.image) is None:
             return []
         return ["bash", kit.file("node/pyxis-setup.sh"), Var("enroot_image"),
-                Var("enroot_name"), str(self.config.keep_old)]
+                Var("enroot_name"), str(self.config.keep_old),
+                *([STAGED] if self.config.stage else [])]
 
     def srun_flags(self) -> List[Token]:
         image = self.config.image

@@ -5,14 +5,22 @@ does not depend on success. A copy that an ended job left on node 1 (planted bef
 removed by the check step. Checked from the program's own output (the image path Apptainer
 reports inside the container, APPTAINER_CONTAINER, and the copy's size there), the job's log
 (the staging and removal lines) and the nodes' /tmp directories themselves (the lab binds
-/run/torchrun-jsc-cluster/node/NAME/tmp over each node's /tmp). One short srun-mode job."""
+/run/torchrun-jsc-cluster/node/NAME/tmp over each node's /tmp). One short srun-mode job.
+
+Enroot and pyxis: a fresh squashfs (a new stamp) is staged only to the nodes that lack the
+container, each set-up creates it from the copy and removes the copy; the next job stages
+nothing; one that lacks it gets the only copy (short srun-mode jobs: three with Enroot, two
+with pyxis)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PY = REPO / ".venv" / "bin" / "python"
@@ -74,6 +82,78 @@ def test_staged_image_runs_on_every_node_and_is_removed_after_a_failed_program(
     assert probes == [["jwb0001", copy, str(size)], ["jwb0002", copy, str(size)]], out
     assert f"runtime.stage: removed /tmp/{planted.name} on jwb0001 (job 1 has ended)" in out
     assert f"staged image {copy} removed on 2 nodes" in out, out
+    for node in ("jwb0001", "jwb0002"):
+        left = sorted(q.name for q in (NODE_TMP / node / "tmp").glob("torchrun-jsc-stage-*"))
+        assert left == [], (node, left)
+
+
+# --- Enroot and pyxis: the squashfs staged where the container is created ---------------------
+
+ENROOT_SPEC = """\
+job:
+  nodes: 2
+  time: "00:05:00"
+  partition: batch
+  node_output: null
+site: jsc
+runtime:
+  kind: {kind}
+  image: {image}
+  container_name: image
+  stage: true
+launch:
+  mode: srun
+program: [python3, -c, "import os; print('STAGE_RAN', os.environ['SLURMD_NODENAME'], flush=True)"]
+"""
+
+
+@pytest.mark.parametrize("kind", ["enroot", "pyxis"])
+def test_squashfs_staged_only_where_the_container_is_created(cluster, shared_tmp, kind):
+    """A fresh image (a copy: a new stamp, so a new container): the first job stages it to
+    both nodes, each set-up creates the container from the copy and removes it; the second
+    job finds the container on both nodes and stages nothing; once node 2 has lost its
+    container, the third stages to node 2 only (enroot; pyxis asks its list the same way)."""
+    image = shared_tmp / "image.sqsh"
+    shutil.copyfile(REPO / "image.sqsh", image)
+    spec = shared_tmp / f"{kind}.yaml"
+    spec.write_text(ENROOT_SPEC.format(kind=kind, image=image))
+    job = shared_tmp / f"{kind}.job"
+    p = subprocess.run([str(PY), "-m", "launcher", "render", str(spec), "-o", str(job)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr
+    uid = os.getuid()
+    st = image.stat()
+    name = f"image-{st.st_size}-{int(st.st_mtime)}"
+    outs = []
+    for round_ in range(3 if kind == "enroot" else 2):
+        if round_ == 2:  # node 2 lost its container (a node replaced, a clean-up)
+            removed = subprocess.run(
+                ["srun", "-w", "jwb0002", "-N1", "-n1", "-p", "batch", "enroot", "remove",
+                 "-f", name],
+                capture_output=True, text=True, timeout=120, check=False)
+            assert removed.returncode == 0, removed.stderr
+        res = cluster.run_job(str(job), ["-o", str(shared_tmp / "%j.out")], timeout=300,
+                              cwd=str(REPO))
+        print(f"job {res.job_id} {res.state}:\n{res.output[-1500:]}")
+        assert res.state == "COMPLETED", res.output
+        ran = sorted(line.split()[1] for line in res.output.splitlines()
+                     if line.startswith("STAGE_RAN"))
+        assert ran == ["jwb0001", "jwb0002"], res.output
+        outs.append((res.job_id, res.output))
+    (first_id, first), (_, second) = outs[:2]
+    copy = f"/tmp/torchrun-jsc-stage-{uid}-{first_id}-image.sqsh"
+    assert f"image {image} staged to /tmp on 2 nodes in " in first, first
+    assert f"the set-up creates the container from {copy}" in first, first
+    assert first.count(f"{kind}: creating container ") == 2 and f" from {copy} on " in first
+    assert "not staged" not in first
+    assert "container image-" in second and "is on every node already: not staged" in second
+    assert second.count(f"{kind}: reusing container ") == 2 and "staged to" not in second
+    if kind == "enroot":  # only node 2 lacks it: only node 2 gets the copy
+        third_id, third = outs[2]
+        copy = f"/tmp/torchrun-jsc-stage-{uid}-{third_id}-image.sqsh"
+        assert f"image {image} staged to /tmp on 1 node in " in third, third
+        assert f"creating container {name} from {copy} on jwb0002" in third, third
+        assert f"reusing container {name} on jwb0001" in third, third
     for node in ("jwb0001", "jwb0002"):
         left = sorted(q.name for q in (NODE_TMP / node / "tmp").glob("torchrun-jsc-stage-*"))
         assert left == [], (node, left)

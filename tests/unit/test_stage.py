@@ -60,6 +60,20 @@ def test_stage_to_names_the_node_local_directory(stage, word):
     assert f"jsc_stage image.sif {word} || exit 1" in render(spec_text(stage=stage))
 
 
+@pytest.mark.parametrize("kind", ["enroot", "pyxis"])
+def test_enroot_and_pyxis_stage_where_the_set_up_creates_the_container(kind):
+    """The copy goes to the nodes that lack the container (jsc_stage_create asks them), the
+    set-up gets it as its last argument; the launch itself is unchanged."""
+    text = flat(render(spec_text(kind=kind, image="image.sqsh")))
+    plain = flat(render(spec_text(kind=kind, image="image.sqsh", stage="false")))
+    line = (f"jsc_stage_create {kind} /tmp || exit 1 # runtime.stage: a copy where the "
+            "container is created (sbcast)")
+    assert text.index("jsc_enroot_name image image.sqsh") < text.index(line)
+    setup = '"${enroot_name}" 1' if kind == "pyxis" else '"${enroot_run}" "${enroot_jobs}"'
+    assert f'{setup} "${{stage_image}}"' in text
+    assert text.replace(line + " ", "").replace(' "${stage_image}"', "") == plain
+
+
 def test_stage_in_the_srun_mode_and_the_doctor_steps_too():
     text = flat(render(spec_text(mode="srun, preflight: true")))
     assert '"${stage_image}" sh "${kit}/task/hook.sh" python3 train.py &' in text
@@ -80,14 +94,13 @@ def test_stage_in_the_srun_mode_and_the_doctor_steps_too():
      "x.yaml: runtime.stage: copies an image file, but runtime.image is pulled from a registry "
      "(docker://nvcr.io/nvidia/pytorch:24.01): pull it once on the login node (apptainer pull "
      "image.sif ...) and name the .sif file"),
-    (spec_text(kind="enroot", image="image.sqsh"),
-     "x.yaml: runtime.stage: is apptainer's: enroot reads the squashfs only where its set-up "
-     "creates the named container, once per image and node, and later steps and jobs reuse "
-     "it, got True"),
-    (spec_text(kind="pyxis", image="image.sqsh"),
-     "x.yaml: runtime.stage: is apptainer's: pyxis reads the squashfs only where the kit's "
-     "set-up creates its named container, once per image and node, and later steps and jobs "
-     "reuse it, got True"),
+    (spec_text(kind="pyxis", image="nvcr.io#nvidia/pytorch:24.01-py3"),
+     "x.yaml: runtime.stage: copies an image file, but pyxis imports this registry image "
+     "itself (nvcr.io#nvidia/pytorch:24.01-py3): import it once (enroot import -o image.sqsh "
+     "...) and name the .sqsh file"),
+    ("job: {nodes: 2}\nruntime: {kind: bare, stage: true}\nlaunch: {mode: torchrun}\n"
+     "program: [python3, train.py]\n",
+     "x.yaml: runtime.stage: the bare runtime has no image to stage, got True"),
 ])
 def test_bad_stage_values_are_refused_in_one_line(text, line):
     with pytest.raises(SpecError) as err:
