@@ -33,6 +33,12 @@ never carry it. docs/guide/hangs.md for users.
   the launch in the batch shell and, once no rank made progress for that long, prints the
   stacks, ends the job's steps and leaves one line in ``no-progress``, which the script
   prints last before it exits 124.
+- launch.hang_action (``end`` by default; ``replace`` with job.spare_nodes and the deadline):
+  the spares' supervisor (launcher/node/spares.py) runs the same watcher in a thread (job.sh
+  ``jsc_watch ... replace`` hands its arguments to ``jsc_spares_launch``) and replaces the
+  nodes of the ranks behind by spares instead of ending the job, where it can; it starts the
+  deadline again at each replacement, so the spares' own max_restarts does not raise the
+  deadline's least value to the join timeout.
 """
 
 from __future__ import annotations

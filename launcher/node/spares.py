@@ -12,13 +12,23 @@ spare's agent then waits to join, the surviving agents restart their workers for
 checkpoint through its own resume path. The job must run with ``sbatch --no-kill``, so that
 Slurm, when it marks the node down (SlurmdTimeout), ends that node's step and not the job.
 
+A node that hangs but lives (launch.hang_action replace: ``--hang DIR TIMEOUT PERIOD
+KILL_AFTER N COLLECTOR...``): the progress deadline's watcher (launcher.node.stacks ``watch``,
+the loop the jobscript runs without spares) runs here in a thread; after the stacks it asks
+the main loop (a queue: only the main loop starts and ends steps) to replace the nodes of the
+ranks behind (:func:`hang_refusal` says when not: none behind, the batch host, too few
+spares; the job then ends as without replace). The hung node's step is ended by Slurm
+(``scancel --signal=KILL`` of its step), a spare's started in its slot, and the deadline starts
+again from then, as after a node lost by heartbeat.
+
 When no spare is left: with job.requeue ($REQUEUE_MARKER set) the marker says why, the steps
 end and the jobscript's verdict requeues (the program resumes from its last periodic
 checkpoint); without, the job ends with status 1. The batch host itself (node 0: the batch
 script, this supervisor and the rendezvous store) cannot be replaced: Slurm ends the job with
 it, and requeues it where job.requeue is set.
 
-    python3 -I KIT/node/run.py spares run JOB TIMEOUT TRAIN SPARES -- SRUN... (batch host)
+    python3 -I KIT/node/run.py spares run JOB TIMEOUT HOST TRAIN SPARES [--hang DIR T P K N
+        COLLECTOR...] -- SRUN... (batch host)
     python3 -I KIT/node/run.py spares beat -- ARGV...  (each node's task, before the agent)
 
 TRAIN and SPARES: comma-separated node names. Exit status of ``run``: 0 when every training

@@ -11,7 +11,9 @@ grouped by stack, the odd one out last::
 ``watch`` (jobs with launch.hang_timeout) runs beside the launch in the batch shell: it reads
 the ranks' progress marks (written by the hook) and, once no rank made progress for the
 timeout, collects and prints the stacks, names the rank that is behind in one line (into the
-file ``no-progress``, which the jobscript prints last) and ends the job's steps.
+file ``no-progress``, which the jobscript prints last) and ends the job's steps; with
+launch.hang_action replace the spares' supervisor runs it (launcher/node/spares.py) and is
+asked first whether it replaces the nodes behind.
 
 Standard library only, Python >= 3.6, run from the kit on a node, outside any container
 (``python3 -I "$kit/node/run.py" stacks ...``: the ranks' processes are visible from the
