@@ -298,8 +298,9 @@ jsc_wait_launch() {
 
 # After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
 # they are and the command that says which rank never joined which collective (torch's
-# analyser needs torch: the image's, not the batch node's). With the watcher: stop it and, if
-# it ended the job, its line last and exit 124 (as timeout(1)). $hangs_dir is removed unless it
+# analyser needs torch: the image's, not the batch node's). With the watcher: stop it (the
+# spares' supervisor runs it with hang_action replace, jsc_watching) and, if it ended the job,
+# its line last and exit 124 (as timeout(1)). $hangs_dir is removed unless it
 # holds a hang report (the watcher's line, flight-recorder dumps): O(nodes) files, kept only
 # where they say something.
 jsc_after_launch() {
@@ -314,7 +315,7 @@ jsc_after_launch() {
         kill "$jsc_watch_pid" 2>/dev/null || true
         wait "$jsc_watch_pid" 2>/dev/null || true
     fi
-    if [ -n "${jsc_watching:-}" ] && [ -s "$hangs_dir/no-progress" ]; then
+    if [ -n "${jsc_watch_pid:-}${jsc_watching:-}" ] && [ -s "$hangs_dir/no-progress" ]; then
         cat -- "$hangs_dir/no-progress" >&2
         exit 124
     fi

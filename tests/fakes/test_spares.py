@@ -259,3 +259,38 @@ def test_a_hung_batch_host_ends_the_job_as_without_replace(tmp_path):
         "no progress for 2 s: rank 0 on ?: no stack (process state ?), 2 collectives behind "
         "the other 1; job ended"), out
     assert (tmp_path / "bin" / "called").read_text().startswith("scancel --signal=TERM 42\n")
+
+
+def test_the_jobscript_hands_the_deadline_to_the_supervisor(tmp_path):
+    """launcher/node/job.sh, run by bash: ``jsc_watch ... replace`` starts no watcher of its
+    own but hands its arguments (with the collector's, counted) to ``jsc_spares_launch``;
+    without it the supervisor gets none (bash -u: an empty array); a line the supervisor's
+    watcher left ends the script with 124 as the watcher's does."""
+    from tests.fakes.test_hangs import job_sh
+
+    hangs = tmp_path / ".hangs" / "79"
+    (hangs / "fr").mkdir(parents=True)
+    script = """python3() { printf '%s\\n' "$@" >>"$PWD/argv"; printf '=END=\\n' >>"$PWD/argv"; }
+nnodes=3 rdzv_host=jwb0001i train_nodes=jwb0001,jwb0002 spare_nodes=jwb0003
+jsc_spares_launch 10 srun --nodes=1 prog
+jsc_watch 130 13 30 replace
+[ -z "${jsc_watch_pid:-}" ] || exit 9
+jsc_spares_launch 10 srun --nodes=1 prog
+echo 'no progress for 130 s: the job ended' >"$hangs_dir/no-progress"
+launch_rc=143
+jsc_after_launch
+"""
+    done = job_sh(script, tmp_path, hangs_dir=str(hangs), SLURM_JOB_ID="79")
+    assert (done.returncode, done.stderr) == (124, "no progress for 130 s: the job ended\n")
+    plain, hanged = (tmp_path / "argv").read_text().split("\n=END=\n")[:2]
+    run_py = plain.splitlines()[1]
+    assert plain.splitlines() == ["-I", run_py, "spares", "run", "79", "10", "jwb0001i",
+                                  "jwb0001,jwb0002", "jwb0003", "--", "srun", "--nodes=1",
+                                  "prog"]
+    collector = ["srun", "--overlap", "--jobid=79", "--nodes=3", "--ntasks=3",
+                 "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=0", "python3",
+                 "-I", run_py, "stacks", "node", "79", "10"]
+    assert hanged.splitlines() == [
+        "-I", run_py, "spares", "run", "79", "10", "jwb0001i", "jwb0001,jwb0002", "jwb0003",
+        "--hang", str(hangs), "130", "13", "30", str(len(collector)), *collector,
+        "--", "srun", "--nodes=1", "prog"]
