@@ -117,15 +117,11 @@ def partition_nodes(partition: str = "batch") -> List[str]:
 
 
 def bandwidth(repeats: int, floor: Optional[float] = None) -> str:
-    from launcher.render.jobscript import render_jobscript
-    from launcher.spec import parse_spec
+    from bench.jobs import compose
 
     out_dir = ROOT / "bench-results" / "jobs"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = out_dir / "bench_bandwidth.yaml"
-    spec.write_text(spec_yaml(floor))
     job = out_dir / "bench_bandwidth.job"
-    job.write_text(render_jobscript(parse_spec(spec.read_text(), str(spec.relative_to(ROOT)))))
+    job.write_text(compose("bench_bandwidth", spec_yaml(floor)))
     jobfile = str(job.relative_to(ROOT))
     todo = pairs(partition_nodes())
     if not todo:

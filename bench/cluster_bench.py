@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from bench.stats import interleave, ratio, seconds_to_ready, table
-from launcher.render.jobscript import render_jobscript
-from launcher.spec import parse_spec
+from bench.jobs import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts" / "cluster"))
@@ -54,10 +53,7 @@ def spec_yaml(name: str, mode: str, runtime: str, program: Sequence[str]) -> str
 def render(name: str, mode: str, runtime: str, program: Sequence[str] = PROGRAM,
            naive: bool = False, one_cpu: bool = False) -> str:
     out_dir = ROOT / "bench-results" / "jobs"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.yaml"
-    path.write_text(spec_yaml(name, mode, runtime, program))
-    text = render_jobscript(parse_spec(path.read_text(), str(path.relative_to(ROOT))))
+    text = compose(name, spec_yaml(name, mode, runtime, program))
     if naive:  # the one thing a naive jobscript lacks: ending the job when a task fails
         text = text.replace("--kill-on-bad-exit=1 ", "")
     if one_cpu:  # the script before CPU placement: no CPU request, so one CPU per node
@@ -192,7 +188,6 @@ def requeue_s(jobfile: str, out: Path, ckpt: Path) -> Optional[Dict[str, float]]
 
 def requeue(repeats: int) -> str:
     out_dir = ROOT / "bench-results" / "jobs"
-    out_dir.mkdir(parents=True, exist_ok=True)
     ckpt = ROOT / "bench-results" / "requeue-ckpt"
     spec = (
         "job: {name: rq-bench, nodes: 2, time: '00:05:00', partition: batch, node_output: null,"
@@ -200,9 +195,8 @@ def requeue(repeats: int) -> str:
         "site: jsc\nruntime: {kind: apptainer, image: image.sif}\nlaunch: {mode: torchrun}\n"
         "program: [python3, -u, examples/ddp_train.py, --steps, '100000', --step-sleep, '0.1',"
         f" --checkpoint-dir, {ckpt.relative_to(ROOT)}, --checkpoint-every, '20']\n")
-    (out_dir / "bench_requeue.yaml").write_text(spec)
     job = out_dir / "bench_requeue.job"
-    job.write_text(render_jobscript(parse_spec(spec, "bench-results/jobs/bench_requeue.yaml")))
+    job.write_text(compose("bench_requeue", spec))
     runs = [requeue_s(str(job.relative_to(ROOT)), out_dir / "bench_requeue.out", ckpt)
             for _ in range(repeats)]
     ok = [r for r in runs if r]

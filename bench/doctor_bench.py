@@ -34,15 +34,12 @@ TORCH_PROGRAM = ["python3", "-c", "import torch.distributed as d; d.init_process
 def _job(name: str, preflight: bool) -> str:
     """The launch section's apptainer job, with or without the preflight; the bench adds one
     line that stamps the job's start, so queue waits (the lab is shared) do not count."""
-    from launcher.render.jobscript import render_jobscript
-    from launcher.spec import parse_spec
+    from bench.jobs import compose
 
     out_dir = ROOT / "bench-results" / "jobs"
-    out_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_yaml(name, "torchrun", "apptainer", PROGRAM).replace(
         "launch: {", f"launch: {{preflight: {str(preflight).lower()}, ")
-    (out_dir / f"{name}.yaml").write_text(spec)
-    text = render_jobscript(parse_spec(spec, f"bench-results/jobs/{name}.yaml"))
+    text = compose(name, spec)
     text = text.replace("set -euo pipefail\n", 'set -euo pipefail\necho "JOBSTART t=$(date +%s.%N)"\n', 1)
     (out_dir / f"{name}.job").write_text(text)
     return f"bench-results/jobs/{name}.job"

@@ -43,17 +43,14 @@ def without_hook(text: str) -> str:
 
 
 def _job(name: str, program, deadline: bool, hook: bool = True, env: str = "") -> str:
-    from launcher.render.jobscript import render_jobscript
-    from launcher.spec import parse_spec
+    from bench.jobs import compose
 
     out_dir = ROOT / "bench-results" / "jobs"
-    out_dir.mkdir(parents=True, exist_ok=True)
     spec = spec_yaml(name, "torchrun", "bare", program)
     if deadline:
         spec = spec.replace("launch: {", f"launch: {{hang_timeout: {DEADLINE_S}, ")
     spec += env
-    (out_dir / f"{name}.yaml").write_text(spec)
-    text = render_jobscript(parse_spec(spec, f"bench-results/jobs/{name}.yaml"))
+    text = compose(name, spec)
     if not hook:  # the baseline: no rank loads the kit's hook
         text = without_hook(text)
     (out_dir / f"{name}.job").write_text(text)

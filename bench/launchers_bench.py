@@ -19,8 +19,7 @@ from typing import Dict, Optional
 
 from bench.cluster_bench import ROOT, slurmjob
 from bench.stats import interleave, ratio, table
-from launcher.render.jobscript import render_jobscript
-from launcher.spec import parse_spec
+from bench.jobs import compose
 
 SUM = ["python3", "-u", "examples/distributed_sum.py"]
 RAY_SUM = ["python3", "-u", "examples/ray_sum.py"]
@@ -35,15 +34,13 @@ MODES = {  # row -> (mode, program)
 
 def render(mode: str, program: list) -> str:
     out_dir = ROOT / "bench-results" / "jobs"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"bench_sum_{mode}.yaml"
     prog = ", ".join(f"'{a}'" for a in program)
-    path.write_text(f"job: {{name: bench_sum_{mode}, nodes: 2, time: '00:10:00', "
+    spec = (f"job: {{name: bench_sum_{mode}, nodes: 2, time: '00:10:00', "
                     f"partition: batch, node_output: null}}\n"
                     f"site:\n  profile: jsc\n  venv: .venv\n"
                     f"launch: {{mode: {mode}, procs_per_node: 2}}\nprogram: [{prog}]\n")
     job = out_dir / f"bench_sum_{mode}.job"
-    job.write_text(render_jobscript(parse_spec(path.read_text(), str(path.relative_to(ROOT)))))
+    job.write_text(compose(f"bench_sum_{mode}", spec))
     return str(job.relative_to(ROOT))
 
 

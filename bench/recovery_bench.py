@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from bench.stats import Series, ratio, table
-from launcher.render.jobscript import render_jobscript
-from launcher.spec import parse_spec
+from bench.jobs import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ["bash", str(ROOT / "scripts" / "cluster.sh")]
@@ -55,7 +54,6 @@ HANG_DEADLINE_S = 121  # launch.hang_timeout: the least for 2 nodes
 
 
 def render(hang_node: Optional[str] = None) -> Path:
-    OUT.mkdir(parents=True, exist_ok=True)
     ckpt = (ROOT / "bench-results" / "recovery-ckpt").relative_to(ROOT)
     launch, program, name = "{mode: torchrun}", "", "recovery_bench"
     if hang_node:  # gloo's own timeout (120 s) would end the waiting ranks first
@@ -68,9 +66,8 @@ def render(hang_node: Optional[str] = None) -> Path:
         f"site: jsc\nruntime: {{kind: apptainer, image: image.sif}}\nlaunch: {launch}\n"
         "program: [python3, -u, examples/ddp_train.py, --steps, '100000', --step-sleep, '0.2',"
         f" --checkpoint-dir, {ckpt}, --checkpoint-every, '1'{program}]\n")
-    (OUT / f"{name}.yaml").write_text(spec)
     job = OUT / f"{name}.job"
-    job.write_text(render_jobscript(parse_spec(spec, f"bench-results/jobs/{name}.yaml")))
+    job.write_text(compose(name, spec))
     return job
 
 

@@ -14,7 +14,7 @@ A variant whose torch processes do not fit this machine's free memory at that si
 out and the row says so (per node: one torch process for the srun variants, the agent and its
 worker for torchrun; sizes from docs/development/cluster.md, "Many nodes").
 
-Wall time per phase, from the last node or rank to get there (bench/programs/first_step.py
+Wall time per phase, from the last node or rank to get there (bench/programs/ready.py --phases
 and lines the bench adds to each jobscript): sbatch -> the batch script starts (queue); the
 batch script up to its srun (the kit's central work); srun -> the program's first line on
 every node (fan-out, runtime, the kit's task code; in torchrun mode also the agents' torch
@@ -41,15 +41,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from bench.stats import Series, table
-from launcher.jobscript import render_jobscript
-from launcher.spec import parse_spec
+from bench.jobs import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts" / "cluster"))
 import slurmjob  # noqa: E402
 
 OUT = ROOT / "bench-results" / "jobs"
-PROGRAM = "bench/programs/first_step.py"
+PROGRAM = "bench/programs/ready.py --phases"
 STATE = Path(os.environ.get("JWB_CLUSTER_STATE", "/run/torchrun-jsc-cluster"))
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 GROUP = "torchrun-jsc-bench"
@@ -115,9 +114,8 @@ def kit_job(mode: str, n: int, runtime: str = "apptainer") -> str:
     spec = (f"job: {{name: {name}, nodes: {n}, time: '00:10:00', partition: batch}}\n"
             f"{site}\n{rt}\n"
             f"launch: {{mode: {mode}, procs_per_node: 1}}\n"
-            f"program: [python3, -u, {PROGRAM}]\n")
-    (OUT / f"{name}.yaml").write_text(spec)
-    text = render_jobscript(parse_spec(spec, f"bench-results/jobs/{name}.yaml"))
+            f"program: [python3, -u, {', '.join(PROGRAM.split())}]\n")
+    text = compose(name, spec, OUT)
     head, sep, rest = text.partition("set -euo pipefail\n")
     assert sep, "no 'set -euo pipefail' in the rendered jobscript"
     text = head + sep + 'echo "BENCH batch_start=$(date +%s.%N)"\n' + rest

@@ -10,15 +10,32 @@ the closed socket at once; computing, it notices only at its next collective; wi
 can hang until the NCCL timeout.) With --work-steps N every rank runs N compute-bound steps
 (single-threaded matmuls, an all_reduce each) and rank 0 prints `WORK s=SECONDS`: what CPU
 placement costs.
+
+With --phases (the scale bench) every rank also prints, before READY, when each phase of its
+first step happened:
+
+    PHASES rank=R host=H start=EPOCH imported=EPOCH pg=EPOCH ready=EPOCH cpu=SECONDS
+
+start: the program's first line (the interpreter is up); imported: torch and
+torch.distributed imported; pg: init_process_group("gloo") returned (rendezvous through the
+store at MASTER_ADDR, or torchrun's); ready: the first all_reduce done. cpu: this process's
+user + system CPU seconds until then.
 """
 
-import argparse
-import os
-import sys
 import time
 
-import torch
-import torch.distributed as dist
+START = time.time()
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+IMPORTED = time.time()
 
 
 def main() -> int:
@@ -28,15 +45,23 @@ def main() -> int:
     ap.add_argument("--crash-rank", type=int, default=-1)
     ap.add_argument("--work-s", type=float, default=30.0)
     ap.add_argument("--work-steps", type=int, default=0)
+    ap.add_argument("--phases", action="store_true")
     a = ap.parse_args()
     dist.init_process_group("gloo")
+    pg = time.time()
     rank, world = dist.get_rank(), dist.get_world_size()
     t = torch.ones(1)
     dist.all_reduce(t)
     if t.item() != world:
         print(f"BAD all_reduce {t.item()} != {world}", flush=True)
         return 1
-    print(f"READY rank={rank} t={time.time():.6f}", flush=True)
+    ready = time.time()
+    if a.phases:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"PHASES rank={rank} host={socket.gethostname()} start={START:.6f} "
+              f"imported={IMPORTED:.6f} pg={pg:.6f} ready={ready:.6f} "
+              f"cpu={ru.ru_utime + ru.ru_stime:.3f}", flush=True)
+    print(f"READY rank={rank} t={ready:.6f}", flush=True)
     if a.bw_mb:
         x = torch.ones(a.bw_mb * 1024 * 1024 // 4)
         dist.all_reduce(x)  # warm-up

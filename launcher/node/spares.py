@@ -59,9 +59,27 @@ STOP_WAIT_S = 30.0  # how long the others' steps get to end after SIGTERM
 POLL_S = 0.25
 
 
+TIMELINE_ENV = "TORCHRUN_JSC_TIMELINE"  # the job's timeline folder (launcher/node/job.sh)
+
+
 def log(line):
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def timeline_mark(phase, who, when, env=os.environ):
+    """One line "TIME PHASE WHO" on the batch host's file of the job's start-up timeline
+    (docs/guide/timeline.md; launcher/submit/timeline.py reads it): node_lost NODE,
+    spare_started NODE. Never fails the job."""
+    folder = env.get(TIMELINE_ENV)
+    if not folder:
+        return
+    node = (env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]).replace("/", "_")
+    try:
+        with open(os.path.join(folder, node), "a") as f:
+            f.write("%.3f %s %s\n" % (when, phase, who))
+    except OSError:
+        pass
 
 
 # --- each node: the heartbeat ---------------------------------------------------------------
@@ -289,13 +307,14 @@ class Supervisor(object):
         return "{} spare{} left".format(len(self.spares), "" if len(self.spares) == 1 else "s")
 
     def replace(self, slot, silent, why=None):
-        node = slot.node
+        node, now = slot.node, self.now()
         log("job {}: node {} lost at {}: {}".format(
-            self.job, node, time_text(self.now()),
-            why or "no heartbeat for {:.0f} s".format(silent)))
+            self.job, node, time_text(now), why or "no heartbeat for {:.0f} s".format(silent)))
+        timeline_mark("node_lost", node, now)
         self.lost.append(slot.proc)
         if self.spares:
             spare = self.spares.pop(0)
+            timeline_mark("spare_started", spare, self.now())
             log("job {}: spare {} takes the place of {} (node rank {}; {})".format(
                 self.job, spare, node, slot.rank, self.spares_left()))
             self.start(slot, spare)
@@ -354,8 +373,11 @@ class Supervisor(object):
                 "replaced by spare {} (node rank {}; {})".format(
                     self.job, node, time_text(self.now()), idle, spare, slot.rank,
                     self.spares_left()))
+            # on the job's timeline as a recovery like a lost node's (its round, the spare)
+            timeline_mark("node_lost", node, self.now())
             self.end_step(slot)
             self.lost.append(slot.proc)
+            timeline_mark("spare_started", spare, self.now())
             self.start(slot, spare)
         self.replaced_at = self.now()
         return None

@@ -6,7 +6,8 @@ the batch script (launcher/node/job.sh ``jsc_mark``: batch_start, step_start, la
 task's prelude in its container (launcher/task/hook.sh: container_up), torchrun_jsc
 (launcher/task/torchrun_jsc/phases.py: decided, rendezvous_done) and every rank's hook
 (launcher/task/hook/sitecustomize.py ``phase``: workers_started, process_group_up,
-first_collective). **This** reads them (a finished job's, or a running one's so far), prints one
+first_collective), and with job.spare_nodes the supervisor on the batch host
+(launcher/node/spares.py: node_lost, spare_started). **This** reads them (a finished job's, or a running one's so far), prints one
 line per node and phase, names the slowest node and the slowest phase, and draws the same as
 an SVG (one row per node, a bar per phase) that a browser opens. launcher.cli turns its
 SpecError (bad arguments, exit 2) and SubmitError (no marks, exit 1) into one line.
@@ -37,11 +38,42 @@ NODE_PHASES = (("container_up", "container up"), ("decided", "torchrun_jsc decid
                ("process_group_up", "process group up"),
                ("first_collective", "first collective"))
 END = "launch_end"
-NAMES = dict(JOB_PHASES + NODE_PHASES + ((END, "launch end"),))
+# A recovery (job.spare_nodes): the supervisor's verdict on a node, the spare's step started.
+# The node phases marked after a loss (the re-rendezvous, the workers restarted) are that
+# recovery's, not the start-up's.
+LOST, SPARE = "node_lost", "spare_started"
+NAMES = dict(JOB_PHASES + NODE_PHASES + ((END, "launch end"), (LOST, "node lost"),
+                                         (SPARE, "spare started")))
 # One colour per phase, told apart in print and by colour-blind readers (Okabe-Ito).
 COLOURS = {"batch": "#bbbbbb", "container_up": "#e69f00", "decided": "#56b4e9",
            "rendezvous_done": "#009e73", "workers_started": "#f0e442",
            "process_group_up": "#0072b2", "first_collective": "#d55e00"}
+
+
+@dataclass
+class Recovery:
+    """One lost node (job.spare_nodes) and what every node did from then on, until the next."""
+    at: float  # when the supervisor declared the node lost
+    lost: str
+    spare: Optional[str] = None
+    spare_at: Optional[float] = None
+    nodes: Dict[str, Dict[str, float]] = field(default_factory=dict)  # as Timeline.nodes
+
+    def steps(self, node: str, origin: float) -> List[Tuple[str, float, float]]:
+        """(phase, start, end) of each phase the node passed again, relative to the origin,
+        the first from the loss."""
+        return _spans(self.nodes.get(node, {}), self.at, origin)
+
+
+def _spans(marks: Dict[str, float], before: float, origin: float) -> List[Tuple[str, float, float]]:
+    out = []
+    for phase, _ in NODE_PHASES:
+        at = marks.get(phase)
+        if at is None:
+            continue
+        out.append((phase, before - origin, at - origin))
+        before = max(before, at)
+    return out
 
 
 @dataclass
@@ -54,6 +86,7 @@ class Timeline:
     nodes: Dict[str, Dict[str, float]] = field(default_factory=dict)
     counts: Dict[str, Dict[str, int]] = field(default_factory=dict)  # how many processes
     end: Optional[float] = None
+    recoveries: List[Recovery] = field(default_factory=list)
 
     @property
     def origin(self) -> float:
@@ -66,15 +99,9 @@ class Timeline:
     def steps(self, node: str) -> List[Tuple[str, float, float]]:
         """(phase, start, end) of each phase the node reached, relative to the origin: a phase
         runs from the one before it (the step's start for the first) to its own mark."""
-        origin, out = self.origin, []
+        origin = self.origin
         before = self.job_marks.get("step_start", self.job_marks.get("batch_start", origin))
-        for phase, _ in NODE_PHASES:
-            at = self.nodes.get(node, {}).get(phase)
-            if at is None:
-                continue
-            out.append((phase, before - origin, at - origin))
-            before = max(before, at)
-        return out
+        return _spans(self.nodes.get(node, {}), before, origin)
 
 
 def parse_line(line: str) -> Optional[Tuple[float, str, str]]:
@@ -96,12 +123,12 @@ def read(job: str, submit_dir: str = ".") -> Timeline:
         names = sorted(os.listdir(folder))
     except OSError:
         names = []
+    node_marks: List[Tuple[str, float, str, str]] = []  # (node, time, phase, who)
     for node in names:
         try:
             text = (folder / node).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        first: Dict[Tuple[str, str], float] = {}
         for line in text.splitlines():
             mark = parse_line(line)
             if mark is None:
@@ -113,11 +140,28 @@ def read(job: str, submit_dir: str = ".") -> Timeline:
                     tl.batch_node = node
             elif phase == END:
                 tl.end = t
-            else:
-                first.setdefault((phase, who), t)  # a restart's marks come later: the first
-        for (phase, _), t in first.items():
-            marks = tl.nodes.setdefault(node, {})
-            marks[phase] = max(marks.get(phase, t), t)
+            elif phase == LOST:
+                tl.recoveries.append(Recovery(t, who))
+            else:  # a node's phase, or the spare the supervisor started
+                node_marks.append((node, t, phase, who))
+    tl.recoveries.sort(key=lambda r: r.at)
+    # Each node's phases: per round (the start-up, then each recovery) and process (WHO),
+    # the first mark; per node the latest of its processes' (the node is there when all are).
+    first: Dict[Tuple[int, str, str, str], float] = {}
+    starts = [r.at for r in tl.recoveries]
+    for node, t, phase, who in sorted(node_marks, key=lambda m: m[1]):
+        round_ = sum(1 for at in starts if at <= t)  # 0: the start-up
+        if phase == SPARE:
+            rec = tl.recoveries[round_ - 1] if round_ else None
+            if rec is not None and rec.spare is None:
+                rec.spare, rec.spare_at = who, t
+            continue
+        first.setdefault((round_, node, phase, who), t)
+    for (round_, node, phase, _), t in first.items():
+        nodes = tl.recoveries[round_ - 1].nodes if round_ else tl.nodes
+        marks = nodes.setdefault(node, {})
+        marks[phase] = max(marks.get(phase, t), t)
+        if not round_:
             counts = tl.counts.setdefault(node, {})
             counts[phase] = counts.get(phase, 0) + 1
     if not tl.job_marks and not tl.nodes:
@@ -165,7 +209,8 @@ def report(tl: Timeline, svg: Optional[str] = None) -> str:
         head += f", batch script started {started} on {tl.batch_node}"
     head += (f", launch ended after {_s(tl.end - origin)}" if tl.end is not None
              else ", no launch end yet (running, or ended before the batch script's last word)")
-    width = max([len("node")] + [len(n) for n in nodes] + [len(tl.batch_node or "")])
+    width = max([len("node")] + [len(n) for n in nodes] + [len(tl.batch_node or "")] +
+                [len(n) for r in tl.recoveries for n in r.nodes])
     lines = [head, f"{'node':<{width}}  {'phase':<22} {'at':>10} {'took':>10}"]
     for phase, name in JOB_PHASES:
         if phase in tl.job_marks:
@@ -197,19 +242,45 @@ def report(tl: Timeline, svg: Optional[str] = None) -> str:
         lines.append(f"slowest phase: {NAMES[phase]} on {node}, {_s(took)} (median over "
                      f"{len(same)} node{'s' if len(same) != 1 else ''}: "
                      f"{_s(statistics.median(same))})")
+    for i, rec in enumerate(tl.recoveries, 1):
+        lines.extend(_recovery_lines(i, rec, origin, width))
     if svg:
         lines.append(f"picture: {svg} (open it in a browser)")
     return "\n".join(lines) + "\n"
 
 
+def _recovery_lines(i: int, rec: Recovery, origin: float, width: int) -> List[str]:
+    """A recovery's head line, each node's phases again (at: from the batch script's start;
+    took: from the phase before, the first from the loss) and when the last node was back."""
+    head = f"recovery {i}: {rec.lost} lost at {_s(rec.at - origin)}"
+    if rec.spare is not None and rec.spare_at is not None:
+        head += f", spare {rec.spare} started at {_s(rec.spare_at - origin)}"
+    else:
+        head += ", no spare started"
+    lines = [head]
+    for node in sorted(rec.nodes):
+        for phase, start, end in rec.steps(node, origin):
+            lines.append(f"{node:<{width}}  {NAMES[phase]:<22} {_s(end):>10} "
+                         f"{_s(end - start):>10}")
+    back = {n: m["first_collective"] for n, m in rec.nodes.items() if "first_collective" in m}
+    if back:
+        last = max(back, key=lambda n: (back[n], n))
+        lines.append(f"recovery {i}: training again {_s(back[last] - rec.at)} after the loss "
+                     f"(first collective of {len(back)} node{'s' if len(back) != 1 else ''}, "
+                     f"the last {last})")
+    return lines
+
+
 def svg(tl: Timeline) -> str:
     """One row per node, a bar per phase (the batch script's part in grey), time from the
     batch script's start; each bar's tooltip says node, phase, when and how long."""
-    nodes = sorted(tl.nodes)
+    nodes = sorted(set(tl.nodes).union(*(r.nodes for r in tl.recoveries)))
     origin = tl.origin
-    spans = [s for n in nodes for s in tl.steps(n)]
+    spans = [s for n in nodes for s in tl.steps(n)] + \
+        [s for r in tl.recoveries for n in nodes for s in r.steps(n, origin)]
     total = max([e for _, _, e in spans] + [0.001] +
-                [t - origin for t in tl.job_marks.values()])
+                [t - origin for t in tl.job_marks.values()] +
+                [r.at - origin for r in tl.recoveries])
     left, right, row, top = 120, 20, 20, 60
     plot = 860
     height = top + row * len(nodes) + 70
@@ -232,13 +303,21 @@ def svg(tl: Timeline) -> str:
         y = top + i * row
         out.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">'
                    f'{html.escape(node)}</text>')
-        bars = ([("batch", 0.0, batch_end)] if batch_end > 0 else []) + tl.steps(node)
+        bars = ([("batch", 0.0, batch_end)] if batch_end > 0 else []) + tl.steps(node) + \
+            [b for r in tl.recoveries for b in r.steps(node, origin)]
         for phase, start, end in bars:
             name = "batch script" if phase == "batch" else NAMES[phase]
             w = max(1.0, x(end) - x(start))
             out.append(f'<rect x="{x(start):.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" '
                        f'fill="{COLOURS[phase]}"><title>{html.escape(node)}: {name}, '
                        f'{end - start:.2f} s (until {end:.2f} s)</title></rect>')
+    for rec in tl.recoveries:  # a red line where the supervisor found a node lost
+        at = rec.at - origin
+        spare = f", spare {rec.spare}" if rec.spare else ""
+        out.append(f'<line x1="{x(at):.1f}" y1="{top - 8}" x2="{x(at):.1f}" '
+                   f'y2="{top + row * len(nodes)}" stroke="#cc0000" stroke-width="2">'
+                   f'<title>{html.escape(rec.lost)} lost at {at:.2f} s'
+                   f'{html.escape(spare)}</title></line>')
     y = top + row * len(nodes) + 25
     for i, phase in enumerate(["batch"] + [p for p, _ in NODE_PHASES]):
         name = "batch script" if phase == "batch" else NAMES[phase]
@@ -292,5 +371,5 @@ def run(job: Optional[str], submit_dir: Optional[str], svg_path: Optional[str]) 
     return report(tl, path)
 
 
-__all__ = ["FOLDER", "NODE_PHASES", "JOB_PHASES", "Timeline", "parse_line", "read", "report",
+__all__ = ["FOLDER", "NODE_PHASES", "JOB_PHASES", "Recovery", "Timeline", "parse_line", "read", "report",
            "run", "slowest_node", "slowest_phase", "svg", "work_dir"]

@@ -30,6 +30,11 @@ for name in (peer, peer + "i"):
         res[name] = "reachable"
     except OSError as e:
         res[name] = type(e).__name__
+try:  # nothing leaves the machine: no default route in a node
+    socket.create_connection(("192.0.2.1", 9), timeout=3).close()
+    res["outside"] = "reachable"
+except OSError as e:
+    res["outside"] = e.errno
 print("PROBE " + json.dumps(res), flush=True)
 """
 
@@ -67,6 +72,23 @@ def resized(n: int) -> Iterator[float]:
     finally:
         back, _ = up(found)
         assert back.returncode == 0, back.stdout + back.stderr
+
+
+@contextmanager
+def at_least(n: int) -> Iterator[None]:
+    """The lab with at least n nodes in batch: grown in place if it has fewer (a running lab
+    keeps its jobs and accounting), shrunk back in place afterwards to the size it had, which
+    the later tests assume."""
+    found = len(batch_nodes())
+    if found < n:
+        p, _ = up(n)
+        assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        yield
+    finally:
+        if found < n:
+            back, _ = up(found)
+            assert back.returncode == 0, back.stdout + back.stderr
 
 
 def slurmd_pids() -> Dict[str, str]:

@@ -17,31 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import labsize
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
 STATE = Path("/run/torchrun-jsc-cluster")
 LOCK = Path("/run/torchrun-jsc-cluster.lock")
-
-# Run on every node by srun: resolve own and peer names, try to reach the peer's slurmd port.
-PROBE = r"""
-import json, socket
-me = socket.gethostname()
-peer = "jwb0002" if me == "jwb0001" else "jwb0001"
-addrs = lambda name: list(dict.fromkeys(a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)))
-res = {"me": me, "me_addrs": addrs(me), "me_i_addrs": addrs(me + "i")}
-for name in (peer, peer + "i"):
-    try:
-        socket.create_connection((name, 6818), timeout=3).close()
-        res[name] = "reachable"
-    except OSError as e:
-        res[name] = type(e).__name__
-try:  # nothing leaves the machine: no default route in a node
-    socket.create_connection(("192.0.2.1", 9), timeout=3).close()
-    res["outside"] = "reachable"
-except OSError as e:
-    res["outside"] = e.errno
-print("PROBE " + json.dumps(res), flush=True)
-"""
 
 
 def sh(argv: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
@@ -74,7 +55,8 @@ def test_gpu_options_are_accepted_and_set_cuda_visible_devices(cluster):
 
 def test_network_is_jsc_like(cluster):
     """Every node resolves a hostname the other nodes cannot reach, and a reachable "i" name."""
-    p = sh(["srun", "-N2", "--ntasks-per-node=1", "--time=1", "python3", "-c", PROBE], timeout=60)
+    p = sh(["srun", "-N2", "--ntasks-per-node=1", "--time=1", "python3", "-c", labsize.PROBE,
+            "jwb0001", "jwb0002"], timeout=60)
     assert p.returncode == 0, p.stderr
     probes = {r["me"]: r for r in (json.loads(line.split(" ", 1)[1])
                                    for line in p.stdout.splitlines() if line.startswith("PROBE "))}

@@ -9,7 +9,7 @@ ranks sleep at step 12 while the other two wait for them in DDP's all_reduce. Th
 the stacks of every rank (the hung ones in train, on that node), the line naming the hung node
 and the spare, and the program's own lines: resumed from its last checkpoint (step 10), every
 checkpointed step after it once, the summary's world of 4 on the first node and the spare,
-attempt 1; the job COMPLETED with no requeue.
+attempt 1; the job COMPLETED with no requeue; its timeline shows the recovery.
 
 Needs three nodes in partition batch (the fixture of tests/lab/test_spare_nodes.py grows the
 lab to three in place and shrinks it back).
@@ -26,7 +26,9 @@ import yaml
 
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
-from tests.lab.test_spare_nodes import (info, output, sh, steps, summaries,  # noqa: F401
+from launcher.submit import timeline
+from tests.helpers.labjobs import job_fields
+from tests.lab.test_spare_nodes import (output, sh, steps, summaries,  # noqa: F401
                                         three_nodes, wait_for, wait_gone, workdir)
 
 DEADLINE_S = 121  # launch.hang_timeout: the least the kit accepts for 2 nodes
@@ -60,7 +62,7 @@ def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shar
     job_id = submit(base, name, victim)
     wait_for(job_id, base, name, r"hanging on purpose")
     wait_gone(job_id)
-    out, i = output(base, name), info(job_id)
+    out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
     m = re.search(rf"^job {job_id}: training on (\S+) (\S+); waiting as spares: (\S+)$", out,
                   re.M)
@@ -87,5 +89,9 @@ def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shar
     before, after = steps(out[:hung.start()]), steps(out[hung.end():])
     assert before == [5, 10] and summary["resumed_from_step"] == 10, (before, summary)
     assert after == list(range(15, TOTAL + 1, 5)), after  # every step after it once
+    # on the job's timeline: a recovery, as after a lost node
+    shown = timeline.report(timeline.read(job_id, str(base)))
+    assert re.search(rf"^recovery 1: {victim} lost at [\d.]+ s, spare {spare} started at ",
+                     shown, re.M), shown
     print(f"hung at step {HANG_STEP}, replaced after {hung.group(1)} s, job done in "
           f"{time.monotonic() - t0:.0f} s")

@@ -27,6 +27,7 @@ import yaml
 
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
+from tests.helpers.labjobs import job_fields, release_requeue_hold
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
@@ -57,11 +58,6 @@ def sh(*argv: str, cwd: Optional[Path] = None) -> str:
                           check=False).stdout
 
 
-def info(job_id: str) -> Dict[str, str]:
-    return dict(t.split("=", 1) for t in sh("scontrol", "show", "job", "-o", job_id).split()
-                if "=" in t)
-
-
 def run(job: Path, cwd: Path, name: str, sbatch: List[str] = (),
         preempt: bool = False, preemptor: Optional[List[str]] = None) -> Dict[str, object]:
     """Submit, follow through every requeue, return scontrol's info and the output.
@@ -75,13 +71,8 @@ def run(job: Path, cwd: Path, name: str, sbatch: List[str] = (),
     deadline, signalled, held = time.monotonic() + TIMEOUT_S, set(), {}
     while sh("squeue", "-h", "-j", job_id).strip():
         assert time.monotonic() < deadline, f"job {job_id} still queued: {out.read_text()}"
-        i = info(job_id)
-        if i.get("JobState") == "PENDING" and i.get("Reason") == "BeginTime":
-            # Not in the second of the requeue: slurmd revoked the old credential then, and a
-            # start within that second fails ("Job credential revoked", job 153).
-            since = held.setdefault(i.get("Restarts"), time.monotonic())
-            if time.monotonic() - since > 2:
-                sh("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        i = job_fields(job_id)
+        release_requeue_hold(job_id, i, held)
         attempt = i.get("Restarts", "0")
         text = out.read_text() if out.exists() else ""
         current = text.partition(f"attempt {int(attempt) + 1},")[2]
@@ -93,7 +84,7 @@ def run(job: Path, cwd: Path, name: str, sbatch: List[str] = (),
             assert urgent, f"the preemptor was not submitted: {preemptor}"
             signalled.add(urgent)
         time.sleep(0.5)
-    i = info(job_id)
+    i = job_fields(job_id)
     text = out.read_text()
     print(f"{name}: job {job_id} {i['JobState']} exit {i['ExitCode']} restarts {i['Restarts']}")
     return {"id": job_id, "state": i["JobState"], "exit": i["ExitCode"],

@@ -25,13 +25,16 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import pytest
 import yaml
 
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
+from launcher.submit import timeline
+from tests.helpers import labsize
+from tests.helpers.labjobs import job_fields, release_requeue_hold
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
@@ -44,19 +47,8 @@ def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def three_nodes(cluster) -> Iterator[None]:
-    nodes = set(sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").stdout.split())
-    if len(nodes) < 3:  # grown in place (a running lab keeps its jobs and accounting)
-        up = sh(*CLUSTER, "up", "3", timeout=180)
-        assert up.returncode == 0, up.stdout + up.stderr
-    yield
-    if len(nodes) < 3:  # the later tests get the lab they had (its 2 nodes), shrunk in place
-        back = sh(*CLUSTER, "up", str(len(nodes)), timeout=180)
-        assert back.returncode == 0, back.stdout + back.stderr
-
-
-def info(job_id: str) -> Dict[str, str]:
-    return dict(t.split("=", 1) for t in sh("scontrol", "show", "job", "-o", job_id).stdout.split()
-                if "=" in t)
+    with labsize.at_least(3):
+        yield
 
 
 def workdir(base: Path) -> Path:
@@ -112,12 +104,7 @@ def wait_gone(job_id: str) -> None:
     deadline, held = time.monotonic() + TIMEOUT_S, {}
     while sh("squeue", "-h", "-j", job_id).stdout.strip():
         assert time.monotonic() < deadline, f"job {job_id} still queued"
-        i = info(job_id)
-        if i.get("JobState") == "PENDING" and i.get("Reason") == "BeginTime":
-            # the credential hold of a requeued job (test_requeue.py says why not at once)
-            since = held.setdefault(i.get("Restarts"), time.monotonic())
-            if time.monotonic() - since > 2:
-                sh("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        release_requeue_hold(job_id, job_fields(job_id), held)
         time.sleep(0.5)
 
 
@@ -164,11 +151,12 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
         wait_gone(job_id)
     finally:
         revive(killed)
-    out, i = output(base, name), info(job_id)
+    out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
     lost = re.search(rf"^job {job_id}: node {victim} lost at .*: no heartbeat for (\d+) s$",
                      out, re.M)
-    assert lost and 10 <= int(lost.group(1)) <= 14, out
+    # not before the heartbeat timeout (10 s); how soon after it: bench --only recovery
+    assert lost and 10 <= int(lost.group(1)) <= 30, out
     assert (f"job {job_id}: spare {spare} takes the place of {victim} (node rank 1; "
             "0 spares left)") in out, out
     [summary] = summaries(out)
@@ -181,7 +169,15 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     assert resumed in before and resumed >= max(before) - 5, (resumed, before)
     # after it, every checkpointed step once, in order, up to the end
     assert after == list(range(resumed + 5, total + 1, 5)), (resumed, after)
-    print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}")
+    # the recovery on the job's timeline: the loss, the spare, every node training again
+    shown = timeline.report(timeline.read(job_id, str(base)))
+    assert re.search(rf"^recovery 1: {victim} lost at [\d.]+ s, spare {spare} started at ",
+                     shown, re.M), shown
+    again = re.search(r"^recovery 1: training again ([\d.]+) s after the loss \(first "
+                      r"collective of 2 nodes, the last \S+\)$", shown, re.M)
+    assert again, shown
+    print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}; "
+          f"training again {again.group(1)} s after the loss")
 
 
 def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
@@ -211,7 +207,7 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
     finally:
         revive(killed)
         partition("UP")
-    out, i = output(base, name), info(job_id)
+    out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
                      "from the last periodic checkpoint$", out, re.M), out

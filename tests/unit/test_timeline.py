@@ -124,3 +124,53 @@ def test_parse_line():
     assert timeline.parse_line("1.5 batch_start") == (1.5, "batch_start", "")
     for bad in ("", "1.5", "x batch_start", "1.5 nonsense", "1.5 decided a b"):
         assert timeline.parse_line(bad) is None, bad
+
+
+# job.spare_nodes: jwb0002 found lost at 1040 by the supervisor on the batch host, the spare
+# jwb0003 started; jwb0001's workers restart and re-rendezvous with the spare's.
+LOSS = """\
+1040.000 node_lost jwb0002
+1040.010 spare_started jwb0003
+1052.000 rendezvous_done
+1052.200 workers_started rank=0
+1052.300 workers_started rank=1
+1054.000 process_group_up rank=0
+1054.100 process_group_up rank=1
+1054.500 first_collective rank=0
+1054.600 first_collective rank=1
+"""
+SPARE = """\
+1043.000 container_up pid=31
+1044.000 decided
+1052.100 rendezvous_done
+1052.400 workers_started rank=2
+1052.500 workers_started rank=3
+1054.000 process_group_up rank=2
+1054.200 process_group_up rank=3
+1054.700 first_collective rank=2
+1055.000 first_collective rank=3
+"""
+
+
+def test_a_recovery_is_its_own_round_and_the_start_up_stays_as_it_was(tmp_path):
+    """The marks after a node's loss (the re-rendezvous, the restarted workers, the spare's
+    start) are the recovery's: the start-up's lines stay those of a job without one."""
+    node1 = NODE1.replace("1020.000 launch_end\n", "") + LOSS + "1070.000 launch_end\n"
+    tl = timeline.read("55", str(job(tmp_path, {"jwb0001": node1, "jwb0002": NODE2,
+                                                "jwb0003": SPARE})))
+    text = timeline.report(tl).splitlines()
+    assert text[0].startswith("timeline of job 55: 2 nodes,"), text  # the start-up's nodes
+    assert "jwb0001  first collective (2)       5.31 s     0.21 s" in text, text
+    i = text.index("recovery 1: jwb0002 lost at 40.00 s, spare jwb0003 started at 40.01 s")
+    recovery = text[i + 1:]
+    assert "jwb0001  rendezvous done           52.00 s    12.00 s" in recovery, recovery
+    assert "jwb0003  container up              43.00 s     3.00 s" in recovery, recovery
+    assert "jwb0003  first collective          55.00 s     0.80 s" in recovery, recovery
+    assert recovery[-1] == ("recovery 1: training again 15.00 s after the loss (first "
+                            "collective of 2 nodes, the last jwb0003)"), recovery
+    root = ET.fromstring(timeline.svg(tl))
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = [t.text for e in root.iter(f"{ns}line") for t in e.findall(f"{ns}title")]
+    assert lines == ["jwb0002 lost at 40.00 s, spare jwb0003"], lines
+    titles = [t.text for e in root.iter(f"{ns}rect") for t in e.findall(f"{ns}title")]
+    assert "jwb0003: first collective, 0.80 s (until 55.00 s)" in titles, titles
