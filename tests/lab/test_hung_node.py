@@ -80,7 +80,9 @@ def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shar
     hung = re.search(rf"^job {job_id}: node {victim} hung at .* \(no progress for (\d+) s, its "
                      rf"stacks above\): replaced by spare {spare} \(node rank 1; 0 spares "
                      r"left\)$", out, re.M)
-    assert hung and DEADLINE_S <= int(hung.group(1)) <= DEADLINE_S + 15, out
+    # not before the deadline; after it, within the watcher's looks (every 12 s) on a
+    # loaded machine
+    assert hung and DEADLINE_S <= int(hung.group(1)) <= DEADLINE_S + 60, out
     assert "the job ends" not in out and "lost at" not in out, out
     [summary] = summaries(out)
     assert summary["attempt"] == 1 and summary["world_size"] == 4, summary
