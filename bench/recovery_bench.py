@@ -15,6 +15,12 @@ step 10 is printed, the second training node is killed (scripts/cluster.sh kill-
   the checkpoint, one step);
 - total: kill -> that step.
 
+A hung node (launch.hang_action replace, one run: each waits for the 121 s deadline): the same
+job with launch.hang_timeout 121 whose second training node's ranks sleep at step 10
+(ddp_train.py --hang-node --hang-step); from the deadline (the watcher's "no progress for"
+line) to the supervisor's "node ... hung" line (every rank's stack collected and printed),
+and to the next training step.
+
 Baseline: the same job's fresh start, sbatch -> its first step (what any requeue pays at least,
 on top of the queue and Slurm's hold of a requeued job, about 120 s: section requeue).
 The job is cancelled after the first step past the loss; the node is revived every time.
@@ -44,16 +50,24 @@ def _sh(*argv: str) -> str:
                           check=False).stdout
 
 
-def render() -> Path:
+HANG_DEADLINE_S = 121  # launch.hang_timeout: the least for 2 nodes
+
+
+def render(hang_node: Optional[str] = None) -> Path:
     ckpt = (ROOT / "bench-results" / "recovery-ckpt").relative_to(ROOT)
+    launch, program, name = "{mode: torchrun}", "", "recovery_bench"
+    if hang_node:  # gloo's own timeout (120 s) would end the waiting ranks first
+        launch = f"{{mode: torchrun, hang_timeout: {HANG_DEADLINE_S}, hang_action: replace}}"
+        program = f", --timeout, '900', --hang-node, {hang_node}, --hang-step, '10'"
+        name = "recovery_hang_bench"
     spec = (
         "job: {name: recovery-bench, nodes: 2, spare_nodes: 1, time: '00:10:00',"
         " partition: batch, gpus_per_node: 2, node_output: null}\n"
-        "site: jsc\nruntime: {kind: apptainer, image: image.sif}\nlaunch: {mode: torchrun}\n"
+        f"site: jsc\nruntime: {{kind: apptainer, image: image.sif}}\nlaunch: {launch}\n"
         "program: [python3, -u, examples/ddp_train.py, --steps, '100000', --step-sleep, '0.2',"
-        f" --checkpoint-dir, {ckpt}, --checkpoint-every, '1']\n")
-    job = OUT / "recovery_bench.job"
-    job.write_text(compose("recovery_bench", spec))
+        f" --checkpoint-dir, {ckpt}, --checkpoint-every, '1'{program}]\n")
+    job = OUT / f"{name}.job"
+    job.write_text(compose(name, spec))
     return job
 
 
@@ -149,9 +163,54 @@ def one_run(job: Path) -> Optional[Dict[str, float]]:
     return row
 
 
+def hang_run() -> Optional[Dict[str, float]]:
+    """One job whose second training node hangs at step 10: deadline -> hung line -> step."""
+    import shutil
+
+    nodes = sorted(_sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").split())
+    if len(nodes) != 3:
+        print(f"bench: recovery: a hung node needs 3 nodes in batch, not {nodes}",
+              file=sys.stderr)
+        return None
+    job = render(hang_node=nodes[1])
+    shutil.rmtree(ROOT / "bench-results" / "recovery-ckpt", ignore_errors=True)
+    out = OUT / "recovery_hang_bench.out"
+    out.unlink(missing_ok=True)
+    job_id = subprocess.run(["sbatch", "--parsable", "-o", str(out), str(job)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60,
+                            check=False).stdout.strip()
+    if not job_id:
+        print("bench: recovery: sbatch failed", file=sys.stderr)
+        return None
+    tail = Tail(out)
+    try:
+        deadline = time.monotonic() + LIMIT_S + HANG_DEADLINE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            tail.poll()
+            hung = tail.find(r"^job \d+: node \S+ hung at ")
+            if hung and tail.find(r"^step \d+ ", hung[0]):
+                break
+    finally:
+        subprocess.run(["scancel", job_id], check=False, timeout=30)
+    fired = tail.find(r"no progress for \d+ s \(launch.hang_timeout ")
+    hung = tail.find(r"^job \d+: node \S+ hung at ")
+    step = tail.find(r"^step \d+ ", hung[0]) if hung else None
+    if not (fired and hung and step):
+        print(f"bench: recovery hang job {job_id}: no replacement seen\n"
+              + "\n".join(line for _, line in tail.lines[-40:]), file=sys.stderr)
+        return None
+    row = {"stacks": hung[1] - fired[1], "hang_total": step[1] - fired[1]}
+    print(f"bench: recovery hang job {job_id}: " + ", ".join(f"{k} {v:.1f} s"
+                                                             for k, v in row.items()),
+          file=sys.stderr)
+    return row
+
+
 def recovery(repeats: int) -> str:
     job = render()
     runs = [r for r in (one_run(job) for _ in range(repeats)) if r]
+    hang = hang_run()
 
     def cell(key: str) -> str:
         values = [r[key] for r in runs if key in r]
@@ -168,6 +227,11 @@ def recovery(repeats: int) -> str:
         ["restore: round -> first step (workers, init, checkpoint)", cell("restore"), ""],
         ["total: kill -> next training step", cell("total"), total],
         ["baseline: fresh start of the same job, sbatch -> first step", cell("start"),
-         "1.00x"]]
+         "1.00x"],
+        [f"hung node (hang_action replace, n=1): deadline ({HANG_DEADLINE_S} s) -> "
+         "'node ... hung' (every rank's stack)",
+         f"{hang['stacks']:.1f} s" if hang else "n/a", ""],
+        ["hung node: deadline -> next training step on the spare",
+         f"{hang['hang_total']:.1f} s" if hang else "n/a", ""]]
     return table(["2 nodes x 2 procs + 1 spare (apptainer, torchrun), second node killed",
                   "time", "ratio"], rows)

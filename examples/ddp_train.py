@@ -14,6 +14,9 @@ restarted job resumes from it. Rank 0 ends with exactly one line
                  "allowed_cpus_min": ..., ...}
 
 --crash-rank R --crash-step S make rank R die (os._exit(3)) at step S, for failure tests.
+--hang-node NODE --hang-step S make the ranks on NODE (SLURMD_NODENAME, else the host name)
+stop at step S, alive and making no progress (a sleep: a hung node), for hang tests; run
+elsewhere (a spare took the node's place) the step is taken as any other.
 
 Requeue (job.requeue in the spec, torchrun_jsc_kit.StopRequest): the handler for
 $REQUEUE_SIGNAL only sets a flag; after each step all ranks agree on it (all_reduce MAX), rank
@@ -63,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
     p.add_argument("--crash-rank", type=int, default=None, help="this rank exits 3 ...")
     p.add_argument("--crash-step", type=int, default=None, help="... at this step")
+    p.add_argument("--hang-node", default=None, help="the ranks on this node hang ...")
+    p.add_argument("--hang-step", type=int, default=None, help="... at this step")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, seconds")
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds added to each step")
     args = p.parse_args(argv)
@@ -149,6 +154,11 @@ def warm_up(ddp: DistributedDataParallel, loss_fn: nn.Module, data: TensorDatase
         p.grad = None
 
 
+def node_name() -> str:
+    """The Slurm node this rank runs on (the host name outside Slurm)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
 def train(args: argparse.Namespace, rank: int, world: int, device: torch.device,
           stop: StopRequest) -> dict[str, Any]:
     data = make_dataset()
@@ -174,6 +184,11 @@ def train(args: argparse.Namespace, rank: int, world: int, device: torch.device,
                 print(f"rank {rank}: crashing on purpose at step {step} at unix time {time.time():.3f}",
                       flush=True)
                 os._exit(3)
+            if step == args.hang_step and args.hang_node == node_name():
+                print(f"rank {rank}: hanging on purpose at step {step} on {args.hang_node} at "
+                      f"unix time {time.time():.3f}", flush=True)
+                while True:
+                    time.sleep(60)
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(ddp(x.to(device)), y.to(device))
             loss.backward()

@@ -175,6 +175,9 @@ class Launch:
     rdzv_port: Optional[int] = None
     preflight: Optional[Preflight] = None
     hang_timeout: Optional[int] = None  # seconds without progress: end the job (features.hangs)
+    # What the deadline does to the node behind: "end" the job, or "replace" it by a spare
+    # (job.spare_nodes; features.hangs, launcher/node/spares.py)
+    hang_action: str = "end"
     # The mode's own keys, typed: the frozen dataclass its LaunchMode.options returns (e.g.
     # launcher.modes.horovod.HorovodOptions), None for a mode without options.
     options: Any = None

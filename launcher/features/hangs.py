@@ -33,6 +33,12 @@ never carry it. docs/guide/hangs.md for users.
   the launch in the batch shell and, once no rank made progress for that long, prints the
   stacks, ends the job's steps and leaves one line in ``no-progress``, which the script
   prints last before it exits 124.
+- launch.hang_action (``end`` by default; ``replace`` with job.spare_nodes and the deadline):
+  the spares' supervisor (launcher/node/spares.py) runs the same watcher in a thread (job.sh
+  ``jsc_watch ... replace`` hands its arguments to ``jsc_spares_launch``) and replaces the
+  nodes of the ranks behind by spares instead of ending the job, where it can; it starts the
+  deadline again at each replacement, so the spares' own max_restarts does not raise the
+  deadline's least value to the join timeout.
 """
 
 from __future__ import annotations
@@ -148,11 +154,16 @@ def setup_lines(spec: Optional[JobSpec] = None,
 
 
 def watch_lines(spec: JobSpec) -> List[str]:
-    """Before the launch: the watcher in the background (none without launch.hang_timeout)."""
+    """Before the launch: the watcher in the background (none without launch.hang_timeout);
+    with launch.hang_action replace its arguments for the spares' supervisor, which runs it
+    (launcher/node/job.sh jsc_watch, jsc_spares_launch)."""
     timeout = spec.launch.hang_timeout
     if timeout is None:
         return []
-    return [f"jsc_watch {timeout} {progress_period(timeout)} {KILL_AFTER_S}"]
+    line = f"jsc_watch {timeout} {progress_period(timeout)} {KILL_AFTER_S}"
+    if replaces(spec):
+        return [line + " replace  # launch.hang_action: the spares' supervisor runs it"]
+    return [line]
 
 
 KEYS = (
@@ -166,14 +177,27 @@ KEYS = (
         'timeout (120 s + 1 per 2 nodes); more than the join timeout (600 s + 1 per node) with '
         '`launch.max_restarts`; less than `job.time`. Not in modes `horovod` (its collectives are '
         "not torch.distributed's) and `ray`"),
+    Key(('launch.hang_action',),
+        '`end`',
+        "what `launch.hang_timeout` does once it names the node behind: `end` the job, or "
+        "`replace` that node by a spare (`job.spare_nodes`, launch mode `torchrun`): its stacks "
+        "are written, its step is ended, a spare takes its place and the job goes on from its "
+        "last checkpoint; when no single node is behind (every rank waits in the same "
+        "collective), no spare is left or the node is the batch host, the job ends as with "
+        "`end` and one line says why ([spare nodes](../guide/spare-nodes.md#hung-nodes)). "
+        "With `replace` the deadline starts again after each replacement, and the spares' own "
+        "`launch.max_restarts` does not raise its least value to the join timeout"),
 )
 KEY = KEYS[0].paths[0]
+ACTION_KEY = KEYS[1].paths[0]
+ACTIONS = ("end", "replace")
 _ACCEPTED = "seconds (e.g. 1800) or a Slurm time such as 30:00"
 
 
 def load_hang_timeout(r: Reader, value: Any, job: Job, launch: Launch,
-                      mode: LaunchMode) -> Optional[int]:
-    """Validated seconds, or None when absent or false."""
+                      mode: LaunchMode, restarts: Optional[bool] = None) -> Optional[int]:
+    """Validated seconds, or None when absent or false. ``restarts``: do the agents restart
+    their workers behind the watcher's back (default: launch.max_restarts is set)?"""
     if value is None or value is False:
         return None
     unwatched = mode.no_progress_hook
@@ -191,7 +215,9 @@ def load_hang_timeout(r: Reader, value: Any, job: Job, launch: Launch,
         raise r.fail(KEY, f"must be at least the rendezvous store's read timeout ({read} s for "
                      f"{job.nodes} node{'s' if job.nodes != 1 else ''}: 120 + 1 per 2 nodes), "
                      "which the kit allows one wait on the store", value)
-    if getattr(launch.options, "max_restarts", 0) and value <= join:
+    if restarts is None:
+        restarts = bool(getattr(launch.options, "max_restarts", 0))
+    if restarts and value <= join:
         raise r.fail(KEY, f"must be more than the rendezvous join timeout ({join} s for "
                      f"{job.nodes} node{'s' if job.nodes != 1 else ''}) with "
                      "launch.max_restarts: after a restart the agents meet again that long "
@@ -202,14 +228,46 @@ def load_hang_timeout(r: Reader, value: Any, job: Job, launch: Launch,
     return value
 
 
+def load_hang_action(r: Reader, value: Any, job: Job, timeout: Optional[int]) -> str:
+    """launch.hang_action: ``end`` (absent) or ``replace``, which needs a spare node
+    (job.spare_nodes, whose own check keeps it to launch mode torchrun) and the deadline."""
+    if value is None:
+        return "end"
+    action = r.choice(ACTION_KEY, value, ACTIONS)
+    if action == "replace" and not job.spare_nodes:
+        raise r.fail(ACTION_KEY, "needs job.spare_nodes >= 1 (a spare to take the hung node's "
+                     "place) and launch.mode torchrun; without spares the deadline can only "
+                     "end the job (hang_action end)", value)
+    if action == "replace" and timeout is None:
+        raise r.fail(ACTION_KEY, "needs launch.hang_timeout: the deadline is what finds the "
+                     "node behind", value)
+    return action
+
+
+def replaces(spec: JobSpec) -> bool:
+    """Does the deadline replace the node behind (the spares' supervisor runs the watcher)?"""
+    return spec.launch.hang_timeout is not None and spec.launch.hang_action == "replace"
+
+
 class HangsFeature(Feature):
     name = "hangs"
     keys = KEYS
 
     def load_launch(self, r: Reader, m: Mapping[str, Any], job: Job, launch: Launch,
                     mode: LaunchMode) -> Launch:
-        return replace(launch, hang_timeout=load_hang_timeout(r, m.get(KEYS[0].names[0]), job,
-                                                               launch, mode))
+        # With hang_action replace the supervisor that replaces nodes (launcher/node/spares.py)
+        # runs the watcher and starts its deadline again at every replacement: the restarts
+        # the spares allow (their default launch.max_restarts) happen inside that window.
+        # A launch.max_restarts of the user's own keeps the rule.
+        raw_action = m.get(KEYS[1].names[0])
+        if raw_action is not None:
+            r.choice(ACTION_KEY, raw_action, ACTIONS)
+        restarts = None
+        if raw_action == "replace" and job.spare_nodes and "max_restarts" not in m:
+            restarts = False
+        timeout = load_hang_timeout(r, m.get(KEYS[0].names[0]), job, launch, mode, restarts)
+        action = load_hang_action(r, raw_action, job, timeout)
+        return replace(launch, hang_timeout=timeout, hang_action=action)
 
     def forwards(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
         return NAMES
@@ -237,6 +295,7 @@ class HangsFeature(Feature):
 
 HANGS = HangsFeature()
 
-__all__ = ["EXIT_NO_PROGRESS", "HANGS", "HOOK_SCRIPT", "KEY", "NAMES", "flight_recorder_names",
-           "hook_argv", "load_hang_timeout", "progress_period", "seconds_text", "setup_lines",
-           "stacks_srun", "watch_lines"]
+__all__ = ["ACTIONS", "ACTION_KEY", "EXIT_NO_PROGRESS", "HANGS", "HOOK_SCRIPT", "KEY", "NAMES",
+           "flight_recorder_names", "hook_argv", "load_hang_action", "load_hang_timeout",
+           "progress_period", "replaces", "seconds_text", "setup_lines", "stacks_srun",
+           "watch_lines"]

@@ -338,8 +338,16 @@ jsc_deadline_setup() {  # PERIOD
     rm -f -- "$hangs_dir/no-progress"
 }
 
-jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER: in the background; jsc_after_launch stops it
+# With `replace` (launch.hang_action, job.spare_nodes): no process here; jsc_spares_launch
+# hands jsc_watch_args to the spares' supervisor, which runs the same watcher and replaces the
+# node behind by a spare (launcher/node/spares.py), or ends the job as here.
+jsc_watch() {  # TIMEOUT PERIOD KILL_AFTER [replace]: in the background; jsc_after_launch stops it
     jsc_collector
+    jsc_watching=1
+    if [ "${4:-}" = replace ]; then
+        jsc_watch_args=(--hang "$hangs_dir" "$1" "$2" "$3" "${#collector[@]}" "${collector[@]}")
+        return
+    fi
     python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" "$hangs_dir" "$1" "$2" "$3" \
         -- "${collector[@]}" &
     jsc_watch_pid=$!
@@ -361,8 +369,9 @@ jsc_wait_launch() {
 
 # After a failed launch whose ranks left flight-recorder dumps (a collective timed out): where
 # they are and the command that says which rank never joined which collective (torch's
-# analyser needs torch: the image's, not the batch node's). With the watcher: stop it and, if
-# it ended the job, its line last and exit 124 (as timeout(1)). $hangs_dir is removed unless it
+# analyser needs torch: the image's, not the batch node's). With the watcher: stop it (the
+# spares' supervisor runs it with hang_action replace, jsc_watching) and, if it ended the job,
+# its line last and exit 124 (as timeout(1)). $hangs_dir is removed unless it
 # holds a hang report (the watcher's line, flight-recorder dumps): O(nodes) files, kept only
 # where they say something.
 jsc_after_launch() {
@@ -376,10 +385,10 @@ jsc_after_launch() {
     if [ -n "${jsc_watch_pid:-}" ]; then
         kill "$jsc_watch_pid" 2>/dev/null || true
         wait "$jsc_watch_pid" 2>/dev/null || true
-        if [ -s "$hangs_dir/no-progress" ]; then
-            cat -- "$hangs_dir/no-progress" >&2
-            exit 124
-        fi
+    fi
+    if [ -n "${jsc_watch_pid:-}${jsc_watching:-}" ] && [ -s "$hangs_dir/no-progress" ]; then
+        cat -- "$hangs_dir/no-progress" >&2
+        exit 124
     fi
     if [ ! -e "${fr_dumps[0]}" ]; then rm -rf -- "$hangs_dir"; fi
 }
@@ -520,7 +529,8 @@ jsc_spare_nodes() {  # TRAIN
 }
 
 # The launch with spares: one srun step per training node (SRUN... without a node list; the
-# supervisor names each node), a node whose heartbeat stopped for TIMEOUT s replaced by a spare.
+# supervisor names each node), a node whose heartbeat stopped for TIMEOUT s replaced by a spare;
+# with launch.hang_action replace (jsc_watch_args) the supervisor runs the progress deadline too.
 # Where the batch host is lost (Slurm keeps a --no-kill job without its script running until
 # its time limit), the nodes end the job: requeue it where job.requeue has requeues left.
 jsc_spares_launch() {  # TIMEOUT SRUN...
@@ -530,5 +540,5 @@ jsc_spares_launch() {  # TIMEOUT SRUN...
     fi
     export TORCHRUN_JSC_HOST_LOST
     python3 -I "$kit/node/run.py" spares run "$SLURM_JOB_ID" "$1" "$rdzv_host" "$train_nodes" \
-        "$spare_nodes" -- "${@:2}"
+        "$spare_nodes" ${jsc_watch_args[@]+"${jsc_watch_args[@]}"} -- "${@:2}"
 }

@@ -12,13 +12,23 @@ spare's agent then waits to join, the surviving agents restart their workers for
 checkpoint through its own resume path. The job must run with ``sbatch --no-kill``, so that
 Slurm, when it marks the node down (SlurmdTimeout), ends that node's step and not the job.
 
+A node that hangs but lives (launch.hang_action replace: ``--hang DIR TIMEOUT PERIOD
+KILL_AFTER N COLLECTOR...``): the progress deadline's watcher (launcher.node.stacks ``watch``,
+the loop the jobscript runs without spares) runs here in a thread; after the stacks it asks
+the main loop (a queue: only the main loop starts and ends steps) to replace the nodes of the
+ranks behind (:func:`hang_refusal` says when not: none behind, the batch host, too few
+spares; the job then ends as without replace). The hung node's step is ended by Slurm
+(``scancel --signal=KILL`` of its step), a spare's started in its slot, and the deadline starts
+again from then, as after a node lost by heartbeat.
+
 When no spare is left: with job.requeue ($REQUEUE_MARKER set) the marker says why, the steps
 end and the jobscript's verdict requeues (the program resumes from its last periodic
 checkpoint); without, the job ends with status 1. The batch host itself (node 0: the batch
 script, this supervisor and the rendezvous store) cannot be replaced: Slurm ends the job with
 it, and requeues it where job.requeue is set.
 
-    python3 -I KIT/node/run.py spares run JOB TIMEOUT TRAIN SPARES -- SRUN... (batch host)
+    python3 -I KIT/node/run.py spares run JOB TIMEOUT HOST TRAIN SPARES [--hang DIR T P K N
+        COLLECTOR...] -- SRUN... (batch host)
     python3 -I KIT/node/run.py spares beat -- ARGV...  (each node's task, before the agent)
 
 TRAIN and SPARES: comma-separated node names. Exit status of ``run``: 0 when every training
@@ -27,13 +37,16 @@ node was lost with no spare left and no requeue. Standard library only, Python >
 """
 
 import os
+import queue
 import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+from launcher.node import stacks
 from launcher.node.stacks import time_text
 
 BEAT_ENV = "TORCHRUN_JSC_BEAT"  # HOST:PORT the heartbeats go to, set for the steps by ``run``
@@ -171,8 +184,43 @@ class Slot(object):
         self.rc = None  # the step's exit status once it ended
 
 
+def hang_refusal(nodes, train, spares):
+    """Why the nodes the progress deadline names as behind cannot be replaced, in a few words;
+    None when they can (launch.hang_action replace). ``train``: the training nodes now, node
+    rank 0 (the batch host) first; ``spares``: how many are left."""
+    if not nodes:
+        return ("the deadline names no node behind the others (every running rank issued as "
+                "many collectives: they wait in one together)")
+    if train and train[0] in nodes:
+        return ("node {} is behind, and it is the batch host (the job's script and "
+                "rendezvous store): it cannot be replaced".format(train[0]))
+    gone = [n for n in nodes if n not in train]
+    if gone:
+        return "node {} is behind but trains no more".format(", ".join(gone))
+    if len(nodes) > spares:
+        return "{} behind ({}), {} left".format(
+            "{} nodes are".format(len(nodes)) if len(nodes) != 1 else "1 node is",
+            ", ".join(nodes), "{} spare{}".format(spares, "" if spares == 1 else "s"))
+    return None
+
+
+def node_steps(job, node, lines):
+    """The ids of the job's steps that run on ``node`` alone, from ``squeue -h -s -j JOB -o
+    "%i %N"`` lines (the per-node steps; not the batch or extern step, nor a step across
+    several nodes such as the stack collector's)."""
+    prefix = "{}.".format(job)
+    out = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == node and parts[0].startswith(prefix) \
+                and parts[0][len(prefix):].isdigit():
+            out.append(parts[0])
+    return out
+
+
 class Supervisor(object):
-    def __init__(self, job, timeout, train, spares, srun, marker=None, now=time.time):
+    def __init__(self, job, timeout, train, spares, srun, marker=None, now=time.time,
+                 hang=None):
         self.job, self.timeout = job, timeout
         self.slots = [Slot(i, n) for i, n in enumerate(train)]
         self.spares = list(spares)
@@ -183,6 +231,13 @@ class Supervisor(object):
         self.lost = []  # Popen of steps on lost nodes (ended at the end, never waited for)
         self.sock = None
         self.beat_addr = ""
+        # launch.hang_action replace: (DIR, TIMEOUT, PERIOD, KILL_AFTER, COLLECTOR) of the
+        # progress deadline, run here in a thread (stacks.watch); it asks the main loop
+        # through ``hangs`` to replace the nodes behind (only the main loop starts steps).
+        self.hang = hang
+        self.hangs = queue.Queue()
+        self.replaced_at = None  # when a node was last replaced: the deadline starts there
+        self.watcher = None
 
     def listen(self, host):
         """A UDP socket on all addresses; the steps send to HOST (the batch host's fabric
@@ -248,6 +303,9 @@ class Supervisor(object):
                 proc.kill()
         log("job {}: {}: the steps of the other nodes were stopped".format(self.job, why))
 
+    def spares_left(self):
+        return "{} spare{} left".format(len(self.spares), "" if len(self.spares) == 1 else "s")
+
     def replace(self, slot, silent, why=None):
         node, now = slot.node, self.now()
         log("job {}: node {} lost at {}: {}".format(
@@ -257,10 +315,10 @@ class Supervisor(object):
         if self.spares:
             spare = self.spares.pop(0)
             timeline_mark("spare_started", spare, self.now())
-            log("job {}: spare {} takes the place of {} (node rank {}; {} spare{} left)".format(
-                self.job, spare, node, slot.rank, len(self.spares),
-                "" if len(self.spares) == 1 else "s"))
+            log("job {}: spare {} takes the place of {} (node rank {}; {})".format(
+                self.job, spare, node, slot.rank, self.spares_left()))
             self.start(slot, spare)
+            self.replaced_at = self.now()
             return None
         if self.marker:
             with open(self.marker, "w") as f:
@@ -271,9 +329,75 @@ class Supervisor(object):
         self.stop_all("no spare left for {} (job.requeue not set: the job ends)".format(node))
         return 1
 
+    # --- launch.hang_action replace ---------------------------------------------------------
+
+    def on_hang(self, nodes, idle, text):
+        """The watcher's question (its thread): replace ``nodes``? None when done, else why
+        not. Answered by the main loop (:meth:`step`), which alone starts and ends steps."""
+        answer = queue.Queue(1)
+        self.hangs.put((nodes, idle, answer))
+        return answer.get()
+
+    def end_step(self, slot):
+        """End the hung node's step now (SIGKILL to every process of it, through Slurm: a
+        rank stopped or stuck in the kernel goes too), so that its agent leaves the
+        rendezvous and its ranks their collectives; by its step id, else through its srun."""
+        try:
+            listed = subprocess.run(["squeue", "-h", "-s", "-j", str(self.job), "-o", "%i %N"],
+                                    stdout=subprocess.PIPE, universal_newlines=True,
+                                    timeout=60).stdout.splitlines()
+        except (OSError, subprocess.SubprocessError) as exc:
+            sys.stderr.write("spares: squeue: {}\n".format(exc))
+            listed = []
+        ids = node_steps(self.job, slot.node, listed)
+        if ids:
+            try:
+                subprocess.call(["scancel", "--signal=KILL"] + ids)
+                return
+            except OSError as exc:
+                sys.stderr.write("spares: scancel: {}\n".format(exc))
+        try:
+            slot.proc.send_signal(signal.SIGTERM)  # srun passes it on to the step's tasks
+        except OSError:
+            pass
+
+    def hung(self, nodes, idle):
+        """Replace the hung ``nodes`` by spares (their stacks are written): None, or why not."""
+        why = hang_refusal(nodes, [s.node for s in self.slots], len(self.spares))
+        if why is not None:
+            return why
+        for node in nodes:
+            slot = next(s for s in self.slots if s.node == node)
+            spare = self.spares.pop(0)
+            log("job {}: node {} hung at {} (no progress for {:.0f} s, its stacks above): "
+                "replaced by spare {} (node rank {}; {})".format(
+                    self.job, node, time_text(self.now()), idle, spare, slot.rank,
+                    self.spares_left()))
+            # on the job's timeline as a recovery like a lost node's (its round, the spare)
+            timeline_mark("node_lost", node, self.now())
+            self.end_step(slot)
+            self.lost.append(slot.proc)
+            timeline_mark("spare_started", spare, self.now())
+            self.start(slot, spare)
+        self.replaced_at = self.now()
+        return None
+
+    def start_watcher(self):
+        directory, timeout, period, kill_after, collector = self.hang
+        self.watcher = threading.Thread(
+            target=stacks.watch, name="jsc_hang_watch",
+            args=(self.job, directory, timeout, period, kill_after, collector),
+            kwargs={"on_hang": self.on_hang, "since": lambda: self.replaced_at})
+        self.watcher.daemon = True
+        self.watcher.start()
+
     def step(self):
-        """One round: heartbeats, ended steps, silent nodes. The job's status when done."""
+        """One round: heartbeats, the watcher's questions, ended steps, silent nodes. The
+        job's status when done."""
         self.receive(POLL_S)
+        while not self.hangs.empty():
+            nodes, idle, answer = self.hangs.get()
+            answer.put(self.hung(nodes, idle))
         for slot in self.slots:
             if slot.rc is not None:
                 continue
@@ -307,6 +431,8 @@ class Supervisor(object):
     def run(self):
         for slot in self.slots:
             self.start(slot, slot.node)
+        if self.hang is not None:
+            self.start_watcher()
         try:
             while True:
                 verdict = self.step()
@@ -316,6 +442,11 @@ class Supervisor(object):
             for proc in self.lost:  # a dead node's srun waits for Slurm's SlurmdTimeout
                 if proc.poll() is None:
                     proc.kill()
+            if self.watcher is not None and self.watcher.is_alive() and \
+                    os.path.exists(os.path.join(self.hang[0], stacks.VERDICT)):
+                # it ended the job: its SIGKILL to the steps still left comes KILL_AFTER s
+                # after its SIGTERM (the jobscript prints its line once this returns)
+                self.watcher.join(self.hang[3] + 60)
 
 
 def nodes(text):
@@ -325,12 +456,20 @@ def nodes(text):
 def main(argv):
     if argv[:1] == ["beat"] and len(argv) > 2 and argv[1] == "--":
         return beat(argv[2:])
-    if argv[:1] == ["run"] and len(argv) > 7 and argv[6] == "--":
+    hang, rest = None, argv[6:]
+    if rest[:1] == ["--hang"] and len(rest) > 5 and rest[5].isdigit():
+        count = int(rest[5])
+        directory, timeout_s, period, kill_after = rest[1], rest[2], rest[3], rest[4]
+        hang = (directory, float(timeout_s), float(period), float(kill_after),
+                rest[6:6 + count])
+        rest = rest[6 + count:]
+    if argv[:1] == ["run"] and len(argv) > 6 and len(rest) > 1 and rest[0] == "--":
         job, timeout, host, train, spares = argv[1], float(argv[2]), argv[3], argv[4], argv[5]
-        sup = Supervisor(job, timeout, nodes(train), nodes(spares), argv[7:],
-                         marker=os.environ.get("REQUEUE_MARKER") or None)
+        sup = Supervisor(job, timeout, nodes(train), nodes(spares), rest[1:],
+                         marker=os.environ.get("REQUEUE_MARKER") or None, hang=hang)
         sup.listen(host)
         return sup.run()
-    sys.stderr.write("usage: run.py spares run JOB TIMEOUT HOST TRAIN SPARES -- SRUN... | "
+    sys.stderr.write("usage: run.py spares run JOB TIMEOUT HOST TRAIN SPARES [--hang DIR "
+                     "TIMEOUT_S PERIOD_S KILL_AFTER_S N COLLECTOR(N words)] -- SRUN... | "
                      "spares beat -- ARGV...\n")
     return 2

@@ -11,7 +11,9 @@ grouped by stack, the odd one out last::
 ``watch`` (jobs with launch.hang_timeout) runs beside the launch in the batch shell: it reads
 the ranks' progress marks (written by the hook) and, once no rank made progress for the
 timeout, collects and prints the stacks, names the rank that is behind in one line (into the
-file ``no-progress``, which the jobscript prints last) and ends the job's steps.
+file ``no-progress``, which the jobscript prints last) and ends the job's steps; with
+launch.hang_action replace the spares' supervisor runs it (launcher/node/spares.py) and is
+asked first whether it replaces the nodes behind.
 
 Standard library only, Python >= 3.6, run from the kit on a node, outside any container
 (``python3 -I "$kit/node/run.py" stacks ...``: the ranks' processes are visible from the
@@ -444,23 +446,48 @@ def _plural(n, word):
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
-def verdict(records, marks, timeout):
-    """The one line: who is behind, where. Behind: the running ranks that issued the fewest
-    collectives of the default group (every rank takes part in each of them, so the ones
-    with fewer never arrived); when all issued as many, the odd one out of the stacks."""
+def behind(marks):
+    """The ranks behind: the running ranks that issued the fewest collectives of the default
+    group (every rank takes part in each of them, so the ones with fewer never arrived),
+    sorted; [] when every running rank issued as many (they wait in one together)."""
+    running = {r: m for r, m in marks.items() if not m["done"]}
+    counts = [m["world"] for m in running.values() if m["world"] is not None]
+    if not counts or min(counts) == max(counts):
+        return []
+    return sorted(r for r, m in running.items() if m["world"] == min(counts))
+
+
+def rank_nodes(slots, since=0.0):
+    """{rank: node} from ``read_slots``: the node whose mark file (marks.NODE, the hook names
+    it after SLURMD_NODENAME) holds the rank's newest mark stamped at or after ``since`` (a
+    rank whose node was replaced has its older mark in the old node's file)."""
+    newest = {}
+    for (name, _), raw in slots.items():
+        parsed = parse_mark(raw)
+        if parsed is None or parsed[1]["t"] < since or not name.startswith(MARKS_PREFIX):
+            continue
+        rank, mark = parsed
+        if rank not in newest or mark["t"] > newest[rank][0]:
+            newest[rank] = (mark["t"], name[len(MARKS_PREFIX):])
+    return {rank: node for rank, (_, node) in newest.items()}
+
+
+def verdict(records, marks, timeout, ending="job ended"):
+    """The one line: who is behind, where. Behind: :func:`behind`; when all issued as many,
+    the odd one out of the stacks. ``ending``: what follows (nothing when empty)."""
     running = {r: m for r, m in marks.items() if not m["done"]}
     counts = [m["world"] for m in running.values() if m["world"] is not None]
     by_rank = {_rank(r): r for r in records}
-    if counts and min(counts) < max(counts):
+    late = behind(marks)
+    if late:
         low = min(counts)
-        behind = sorted(r for r, m in running.items() if m["world"] == low)
         members = [by_rank.get(r, {"rank": str(r), "host": "?", "dump": None, "state": "?"})
-                   for r in behind]
+                   for r in late]
         phrases = [_phrase(f, m) for f, m in group(members)]
         text = "; ".join(phrases[:3]) + ("; and %d more" % (len(phrases) - 3)
                                           if len(phrases) > 3 else "")
         text += ", %s behind the other %d" % (_plural(max(counts) - low, "collective"),
-                                              len(running) - len(behind))
+                                              len(running) - len(late))
     elif records:
         groups = group(records)
         text = _phrase(*groups[-1])  # the odd one out: the smallest group, listed last
@@ -468,7 +495,7 @@ def verdict(records, marks, timeout):
             text = "all " + text
     else:
         text = "no rank answered the stack request"
-    return "no progress for %d s: %s; job ended" % (timeout, text)
+    return "no progress for %d s: %s%s" % (timeout, text, "; " + ending if ending else "")
 
 
 def job_steps(job_id, squeue_lines):
@@ -532,34 +559,35 @@ def _stall_note(job_id, directory, late, behind):
             % (job_id, what))
 
 
-def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.time,
-          sleep=time.sleep, out=None):
-    """Until no rank made progress for ``timeout`` s (checked every ``period`` s): then the
-    stacks (``collector``: argv printing JSON lines, the per-node step), the verdict into
-    ``directory/no-progress``, and the job's steps ended (SIGKILL ``kill_after`` s after
-    SIGTERM). Returns 0; the jobscript kills this process when the launch ends first."""
-    out = out or sys.stdout
-    start, noted = clock(), False
-    slots, last_look, counted_from, stalled = None, start, start, False
+def _until_overdue(job_id, directory, timeout, period, clock, sleep, out, start, since):
+    """Look every ``period`` s until no rank made progress for ``timeout`` s since ``start``
+    (moved on to ``since()`` when that is later: the supervisor replaced a node there).
+    Returns (seconds without progress, the start the marks were read from)."""
+    noted = False
+    slots, last_look, counted_from, stalled = None, clock(), start, False
     tolerance = stall_s(period, timeout)
     while True:
         sleep(period)
+        moved = since() if since is not None else None
+        if moved is not None and moved > start:  # a new round: its marks only, the clock anew
+            start, noted = moved, False
+            counted_from = max(counted_from, start)
         _probe(directory, clock())
         before, slots = slots, read_slots(directory)
         now = clock()
         marks = marks_of(slots, since=start)
         late = {} if before is None else late_marks(slots, before, last_look, tolerance)
-        behind = now - last_look - period  # this look came that late: blocked, or not run
-        if late or behind > tolerance:
+        behind_s = now - last_look - period  # this look came that late: blocked, or not run
+        if late or behind_s > tolerance:
             counted_from = now
             if not stalled:
-                out.write(_stall_note(job_id, directory, late, behind))
+                out.write(_stall_note(job_id, directory, late, behind_s))
                 out.flush()
-        stalled = bool(late) or behind > tolerance
+        stalled = bool(late) or behind_s > tolerance
         last_look = now
         idle = overdue(marks, now, timeout, counted_from)
         if idle is not None:
-            break
+            return idle, start
         if not noted and now - start >= timeout:
             waiting = sorted(r for r, m in marks.items() if not started(m) and
                              isinstance(r, int))
@@ -567,9 +595,10 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
                 noted = True
                 out.write(_starting_note(job_id, timeout, waiting))
                 out.flush()
-    out.write("job %s: no progress for %d s (launch.hang_timeout %d) at %s: every rank's "
-              "stack (jsc-compose stacks)\n" % (job_id, idle, timeout, time_text(clock())))
-    out.flush()
+
+
+def _collect(collector):
+    """The stack records of every node that answered (``collector``: the per-node step)."""
     try:
         lines = subprocess.run(collector, stdout=subprocess.PIPE, universal_newlines=True,
                                timeout=COLLECT_S).stdout.splitlines()
@@ -579,10 +608,50 @@ def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.
     except (OSError, subprocess.SubprocessError) as exc:
         print("watch: %s" % exc, file=sys.stderr)
         lines = []
-    records = read_records(lines)
-    out.write(report(records, job_id))
-    out.flush()
-    line = verdict(records, read_marks(directory, since=start), timeout)
+    return read_records(lines)
+
+
+def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.time,
+          sleep=time.sleep, out=None, on_hang=None, since=None):
+    """Until no rank made progress for ``timeout`` s (checked every ``period`` s): then the
+    stacks (``collector``: argv printing JSON lines, the per-node step), the verdict into
+    ``directory/no-progress``, and the job's steps ended (SIGKILL ``kill_after`` s after
+    SIGTERM). Returns 0; the jobscript kills this process when the launch ends first.
+
+    ``on_hang(nodes, idle, line)`` (launch.hang_action replace: the spares' supervisor,
+    launcher/node/spares.py), called after the stacks with the nodes of the ranks behind
+    (sorted; [] when no rank is behind the others) and the verdict's text: None when it
+    replaced them (the deadline starts again, from then: the new workers' start-up does not
+    count, as at the job's start), else why not, in a few words (the job ends as without
+    it). ``since()``: a later start for the deadline (the supervisor's last replacement)."""
+    out = out or sys.stdout
+    start = clock()
+    while True:
+        idle, start = _until_overdue(job_id, directory, timeout, period, clock, sleep, out,
+                                     start, since)
+        out.write("job %s: no progress for %d s (launch.hang_timeout %d) at %s: every rank's "
+                  "stack (jsc-compose stacks)\n" % (job_id, idle, timeout, time_text(clock())))
+        out.flush()
+        records = _collect(collector)
+        out.write(report(records, job_id))
+        out.flush()
+        slots = read_slots(directory)
+        marks = marks_of(slots, since=start)
+        if on_hang is None:
+            break
+        nodes_of = rank_nodes(slots, since=start)
+        nodes = sorted({nodes_of[r] for r in behind(marks) if r in nodes_of})
+        text = verdict(records, marks, timeout, ending="")
+        out.write("job %s: %s\n" % (job_id, text))
+        out.flush()
+        why = on_hang(nodes, idle, text)
+        if why is None:
+            start = clock()
+            continue
+        out.write("job %s: launch.hang_action replace: %s: the job ends\n" % (job_id, why))
+        out.flush()
+        break
+    line = verdict(records, marks, timeout)
     tmp = os.path.join(directory, VERDICT + ".tmp")
     with open(tmp, "w") as f:
         f.write(line + "\n")

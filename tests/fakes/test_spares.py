@@ -170,3 +170,134 @@ def test_a_node_ends_the_job_when_the_batch_host_stops_answering(tmp_path):
                      r".*: it is lost with the job's script and rendezvous store; requeueing "
                      r"the job \(scontrol requeue 42\)$", err, re.M), err
     assert (tmp_path / "called").read_text() == "requeue 42\n"
+
+
+# --- launch.hang_action replace: the supervisor runs the progress deadline ------------------
+
+# The agent's stand-in for a hang: one rank per node (its node rank), marking its collectives
+# in progress/marks.NODE as the hook does. On $HANG it stops after 3 (alive: still beating);
+# the others wait "in the collective" after 5 until a spare ($SPARE) has started, then go on
+# to 20 and end with 0. A rank that cannot go on ends by itself after HOLD s.
+HANG_TASK = r"""
+import os, sys, time
+node, rank = os.environ["SLURMD_NODENAME"], int(os.environ["TORCHRUN_JSC_NODE_RANK"])
+top = os.environ["TORCHRUN_JSC_STACKS"]
+print("TASK", node, rank, flush=True)
+path = os.path.join(top, "progress", "marks." + node)
+def mark(n):
+    line = "rank=%d world=%d all=%d calls=0 t=%.3f state=run" % (rank, n, n, time.time())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.pwrite(fd, (line.ljust(127) + "\n").encode(), 0)
+    os.close(fd)
+joined = os.path.join(top, "joined")
+if node == os.environ.get("SPARE"):
+    open(joined, "w").close()
+n, t0 = 0, time.time()
+mark(n)
+while n < 20:
+    time.sleep(0.1)
+    if time.time() - t0 > float(os.environ["HOLD"]):
+        sys.exit(0)
+    if node == os.environ.get("HANG") and n >= 3:
+        continue
+    if n >= 5 and not os.path.exists(joined):
+        continue
+    n += 1
+    mark(n)
+"""
+
+SLURM_STANDINS = """#!/bin/sh
+echo "${0##*/} $*" >>"${0%/*}/called"
+"""
+
+
+def supervise_hangs(tmp_path: Path, hang: str, hold: str) -> subprocess.CompletedProcess:
+    top = tmp_path / "hangs"
+    (top / "progress").mkdir(parents=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("squeue", "scancel"):  # squeue lists no step: the hung one ends by its srun
+        (bin_dir / name).write_text(SLURM_STANDINS)
+        (bin_dir / name).chmod(0o755)
+    srun = tmp_path / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(0o755)
+    collector = [sys.executable, "-c", ""]
+    argv = [*RUN, "spares", "run", "42", "30", "127.0.0.1", "n1,n2", "n3",
+            "--hang", str(top), "2", "0.5", "1", str(len(collector)), *collector, "--",
+            str(srun), *RUN, "spares", "beat", "--", sys.executable, "-c", HANG_TASK]
+    env = {k: v for k, v in os.environ.items() if k != "REQUEUE_MARKER"}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", TORCHRUN_JSC_STACKS=str(top),
+               HANG=hang, SPARE="n3", HOLD=hold)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                          check=False)
+
+
+def test_a_hung_node_is_replaced_by_the_spare_after_the_deadline(tmp_path):
+    """n2 stops after 3 collectives, n1 waits for it after 5: the deadline (2 s) names n2,
+    the supervisor ends its step and starts the spare in its slot, the job completes; the
+    deadline starts again for the new round, which does not hang."""
+    p = supervise_hangs(tmp_path, "n2", "30")
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert re.search(r"^job 42: no progress for [23] s \(launch.hang_timeout 2\) at ", out,
+                     re.M), out
+    assert ("job 42: no progress for 2 s: rank 1 on ?: no stack (process state ?), "
+            "2 collectives behind the other 1\n") in out, out
+    assert re.search(r"^job 42: node n2 hung at .* \(no progress for [23] s, its stacks "
+                     r"above\): replaced by spare n3 \(node rank 1; 0 spares left\)$", out,
+                     re.M), out
+    assert out.count("no progress for") == 3 and "the job ends" not in out, out
+    assert "TASK n3 1" in out, out
+    assert not (tmp_path / "hangs" / "no-progress").exists()
+    assert (tmp_path / "bin" / "called").read_text() == "squeue -h -s -j 42 -o %i %N\n"
+
+
+def test_a_hung_batch_host_ends_the_job_as_without_replace(tmp_path):
+    """n1 (node rank 0: the script, the store) is the one behind: one line says why it is not
+    replaced, the verdict is written and the job's steps are ended as without replace."""
+    p = supervise_hangs(tmp_path, "n1", "8")
+    out = p.stdout
+    assert re.search(r"^job 42: launch.hang_action replace: node n1 is behind, and it is the "
+                     r"batch host \(the job's script and rendezvous store\): it cannot be "
+                     r"replaced: the job ends$", out, re.M), out
+    assert "TASK n3" not in out and "hung at" not in out, out
+    assert (tmp_path / "hangs" / "no-progress").read_text().startswith(
+        "no progress for 2 s: rank 0 on ?: no stack (process state ?), 2 collectives behind "
+        "the other 1; job ended"), out
+    assert (tmp_path / "bin" / "called").read_text().startswith("scancel --signal=TERM 42\n")
+
+
+def test_the_jobscript_hands_the_deadline_to_the_supervisor(tmp_path):
+    """launcher/node/job.sh, run by bash: ``jsc_watch ... replace`` starts no watcher of its
+    own but hands its arguments (with the collector's, counted) to ``jsc_spares_launch``;
+    without it the supervisor gets none (bash -u: an empty array); a line the supervisor's
+    watcher left ends the script with 124 as the watcher's does."""
+    from tests.fakes.test_hangs import job_sh
+
+    hangs = tmp_path / ".hangs" / "79"
+    (hangs / "fr").mkdir(parents=True)
+    script = """python3() { printf '%s\\n' "$@" >>"$PWD/argv"; printf '=END=\\n' >>"$PWD/argv"; }
+nnodes=3 rdzv_host=jwb0001i train_nodes=jwb0001,jwb0002 spare_nodes=jwb0003
+jsc_spares_launch 10 srun --nodes=1 prog
+jsc_watch 130 13 30 replace
+[ -z "${jsc_watch_pid:-}" ] || exit 9
+jsc_spares_launch 10 srun --nodes=1 prog
+echo 'no progress for 130 s: the job ended' >"$hangs_dir/no-progress"
+launch_rc=143
+jsc_after_launch
+"""
+    done = job_sh(script, tmp_path, hangs_dir=str(hangs), SLURM_JOB_ID="79")
+    assert (done.returncode, done.stderr) == (124, "no progress for 130 s: the job ended\n")
+    plain, hanged = (tmp_path / "argv").read_text().split("\n=END=\n")[:2]
+    run_py = plain.splitlines()[1]
+    assert plain.splitlines() == ["-I", run_py, "spares", "run", "79", "10", "jwb0001i",
+                                  "jwb0001,jwb0002", "jwb0003", "--", "srun", "--nodes=1",
+                                  "prog"]
+    collector = ["srun", "--overlap", "--jobid=79", "--nodes=3", "--ntasks=3",
+                 "--ntasks-per-node=1", "--cpus-per-task=1", "--kill-on-bad-exit=0", "python3",
+                 "-I", run_py, "stacks", "node", "79", "10"]
+    assert hanged.splitlines() == [
+        "-I", run_py, "spares", "run", "79", "10", "jwb0001i", "jwb0001,jwb0002", "jwb0003",
+        "--hang", str(hangs), "130", "13", "30", str(len(collector)), *collector,
+        "--", "srun", "--nodes=1", "prog"]

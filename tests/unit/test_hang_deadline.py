@@ -145,8 +145,12 @@ def test_watcher_only_when_the_spec_asks():
         "    printf '%s\\n' \"$1\" >\"$hangs_dir/progress/period\"",
         f'    rm -f -- "$hangs_dir/{stacks.VERDICT}"']
     watcher = function_body("jsc_watch")
-    assert ('jsc_collector python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" '
-            '"$hangs_dir" "$1" "$2" "$3" -- "${collector[@]}" &') in " ".join(watcher.split())
+    flat = " ".join(watcher.split())
+    # (with `replace`, launch.hang_action, the spares' supervisor runs it instead:
+    # tests/unit/test_hang_replace.py, tests/fakes/test_spares.py)
+    assert flat.index("jsc_collector") < flat.index(
+        'fi python3 -I "$kit/node/run.py" stacks watch "${SLURM_JOB_ID}" '
+        '"$hangs_dir" "$1" "$2" "$3" -- "${collector[@]}" &'), flat
     assert watcher.rstrip().endswith("&\n    jsc_watch_pid=$!")
     after = function_body("jsc_after_launch")
     assert after.index('kill "$jsc_watch_pid"') < after.index(
