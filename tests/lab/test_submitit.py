@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,11 +63,24 @@ def test_submitit_bare_two_nodes_two_tasks(cluster, shared_tmp):
 
 
 def test_submitit_in_apptainer_two_nodes_two_tasks(cluster, shared_tmp):
+    """jobs/sum_submitit.yaml with runtime.stage: launchers.sif copied to each node's /tmp by
+    the set-up lines of submitit's own batch script, every task started from the copy, the
+    copy removed at the script's end."""
     made = subprocess.run(["make", "launchers-image"], capture_output=True, text=True,
                           timeout=2400, cwd=REPO, check=False)
     assert made.returncode == 0, f"make launchers-image failed:\n{made.stdout}\n{made.stderr}"
-    p, summary = submit(REPO / "jobs/sum_submitit.yaml", shared_tmp)
+    data = yaml.safe_load((REPO / "jobs/sum_submitit.yaml").read_text())
+    data["runtime"].update(image=str(REPO / "launchers.sif"), stage=True)
+    spec = shared_tmp / "sum_submitit_staged.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    p, summary = submit(spec, shared_tmp)
     check(p, summary, in_container=True)
+    logs = "".join(f.read_text() for f in shared_tmp.glob("*/*_log.out"))
+    staged = re.search(r"^job (\d+): image \S+/launchers.sif staged to /tmp on 2 nodes in "
+                       r"[\d.]+ s \(sbcast, \d+ bytes\): the steps run (\S+)$", logs, re.M)
+    assert staged, logs
+    assert f"job {staged.group(1)}: staged image {staged.group(2)} removed on 2 nodes" in logs, \
+        logs
 
 
 def test_submitit_in_enroot_two_nodes_two_tasks(cluster, shared_tmp):
