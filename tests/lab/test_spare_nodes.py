@@ -100,6 +100,16 @@ def wait_for(job_id: str, base: Path, name: str, pattern: str, after: int = 0) -
     raise AssertionError(f"no /{pattern}/ in {TIMEOUT_S} s:\n{output(base, name)}")
 
 
+def wait_requeued(job_id: str) -> None:
+    """Until Slurm has requeued the job (its Restarts count is up): Slurm's word, not the
+    log's (the first line "attempt 1, requeued at most 1 times" looks like the kit's
+    "requeued at DATE", and the batch script may die before it prints that)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while job_fields(job_id).get("Restarts", "0") == "0":
+        assert time.monotonic() < deadline, f"job {job_id} not requeued in {TIMEOUT_S} s"
+        time.sleep(0.2)
+
+
 def wait_gone(job_id: str) -> None:
     deadline, held = time.monotonic() + TIMEOUT_S, {}
     while sh("squeue", "-h", "-j", job_id).stdout.strip():
@@ -199,7 +209,7 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         partition("DOWN")
         kill(spare, killed)
         wait_for(job_id, base, name, rf"no spare left for {spare}")
-        wait_for(job_id, base, name, r"requeued at ")
+        wait_requeued(job_id)  # only then may the killed nodes come back
         revive(killed)
         killed = []
         partition("UP")
