@@ -18,16 +18,12 @@ lab to three in place and shrinks it back).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
-from launcher.render.jobscript import render_jobscript
-from launcher.spec import parse_spec
 from launcher.submit import timeline
 from tests.helpers.labjobs import job_fields
+from tests.lab.test_spare_nodes import submit as spare_job
 from tests.lab.test_spare_nodes import (output, sh, steps, summaries,  # noqa: F401
                                         three_nodes, wait_for, wait_gone, workdir)
 
@@ -36,22 +32,11 @@ HANG_STEP, TOTAL = 12, 30
 
 
 def submit(base: Path, name: str, hang_node: str) -> str:
-    data = {"job": {"name": name, "nodes": 2, "spare_nodes": 1, "time": "00:08:00",
-                    "partition": "batch", "gpus_per_node": 2, "node_output": None},
-            "site": "jsc", "runtime": {"kind": "apptainer", "image": "image.sif"},
-            "launch": {"mode": "torchrun", "hang_timeout": DEADLINE_S,
-                       "hang_action": "replace"},
-            # --timeout: gloo's own (120 s by default) would end the waiting ranks first
-            "program": ["python3", "-u", "examples/ddp_train.py", "--steps", str(TOTAL),
-                        "--step-sleep", "0.2", "--checkpoint-dir", "ckpt",
-                        "--checkpoint-every", "5", "--timeout", "900",
-                        "--hang-node", hang_node, "--hang-step", str(HANG_STEP)]}
-    job = base / f"{name}.job"
-    job.write_text(render_jobscript(parse_spec(yaml.safe_dump(data), f"{name}.yaml")))
-    p = subprocess.run(["sbatch", "--parsable", "-o", str(base / f"{name}.out"), str(job)],
-                       capture_output=True, text=True, cwd=base, timeout=30, check=False)
-    assert p.returncode == 0, p.stderr
-    return p.stdout.strip()
+    # --timeout: gloo's own (120 s by default) would end the waiting ranks first
+    return spare_job(base, name, TOTAL, requeue=False, time_limit="00:08:00",
+                     launch={"hang_timeout": DEADLINE_S, "hang_action": "replace"},
+                     args=["--timeout", "900", "--hang-node", hang_node,
+                           "--hang-step", str(HANG_STEP)])
 
 
 def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shared_tmp):

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional, Sequence
 
 import pytest
 import yaml
@@ -65,15 +65,19 @@ RUNTIMES = {"apptainer": {"kind": "apptainer", "image": "image.sif"},
             "pyxis": {"kind": "pyxis", "image": "image.sqsh"}}
 
 
-def submit(base: Path, name: str, steps: int, requeue: bool, runtime: str = "apptainer") -> str:
-    data = {"job": {"name": name, "nodes": 2, "spare_nodes": 1, "time": "00:05:00",
+def submit(base: Path, name: str, steps: int, requeue: bool, runtime: str = "apptainer",
+           time_limit: str = "00:05:00", launch: Optional[dict] = None,
+           args: Sequence[str] = ()) -> str:
+    """The job: 2 nodes x 2 ranks of examples/ddp_train.py (a checkpoint every 5 steps, then
+    ``args``) and one spare, torchrun mode with ``launch``'s keys too; submitted, its id."""
+    data = {"job": {"name": name, "nodes": 2, "spare_nodes": 1, "time": time_limit,
                     "partition": "batch", "gpus_per_node": 2, "node_output": None,
                     **({"requeue": {"before": 60, "max": 1}} if requeue else {})},
             "site": "jsc", "runtime": RUNTIMES[runtime],
-            "launch": {"mode": "torchrun"},
+            "launch": {"mode": "torchrun", **(launch or {})},
             "program": ["python3", "-u", "examples/ddp_train.py", "--steps", str(steps),
                         "--step-sleep", "0.2", "--checkpoint-dir", "ckpt",
-                        "--checkpoint-every", "5"]}
+                        "--checkpoint-every", "5", *args]}
     job = base / f"{name}.job"
     job.write_text(render_jobscript(parse_spec(yaml.safe_dump(data), f"{name}.yaml")))
     p = subprocess.run(["sbatch", "--parsable", "-o", str(base / f"{name}.out"), str(job)],
