@@ -12,19 +12,12 @@ import pytest
 from launcher.model import SpecError
 from launcher.node import spares, stacks
 from launcher.render.jobscript import render_jobscript
-from launcher.spec import parse_spec
 from tests.unit.test_hang_deadline import Clock, put, slot_line
-
-SPEC = """job: {{nodes: 2, spare_nodes: {spare}, time: "00:30:00"}}
-site: jsc
-runtime: {{kind: apptainer, image: image.sif}}
-launch: {{mode: {mode}{launch}}}
-program: [python3, -u, train.py]
-"""
-
+from tests.unit.test_spare_nodes import spec as spare_spec
 
 def spec(spare=1, mode="torchrun", launch=", hang_timeout: 130, hang_action: replace"):
-    return parse_spec(SPEC.format(spare=spare, mode=mode, launch=launch), "s.yaml")
+    """tests/unit/test_spare_nodes.py's job, with a time limit above every deadline here."""
+    return spare_spec(spare=spare, mode=mode, launch=launch, time="00:30:00")
 
 
 def refusal(**kw) -> str:

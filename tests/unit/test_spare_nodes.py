@@ -17,7 +17,7 @@ from launcher.render.jobscript import render_jobscript
 from launcher.render.preview import render_preview
 from launcher.spec import parse_spec
 
-SPEC = """job: {{nodes: 2, spare_nodes: {spare}, time: "00:05:00", gpus_per_node: 2}}
+SPEC = """job: {{nodes: 2, spare_nodes: {spare}, time: "{time}", gpus_per_node: 2}}
 site: jsc
 runtime: {{kind: apptainer, image: image.sif}}
 launch: {{mode: {mode}{launch}}}
@@ -25,8 +25,8 @@ program: [python3, -u, train.py]
 """
 
 
-def spec(spare=1, mode="torchrun", launch=""):
-    return parse_spec(SPEC.format(spare=spare, mode=mode, launch=launch), "s.yaml")
+def spec(spare=1, mode="torchrun", launch="", time="00:05:00"):
+    return parse_spec(SPEC.format(spare=spare, mode=mode, launch=launch, time=time), "s.yaml")
 
 
 def test_the_script_allocates_the_spares_and_runs_the_supervisor():
@@ -49,7 +49,7 @@ def test_without_spares_nothing_changes():
 
 
 def test_max_restarts_given_is_kept_and_node_logs_go_by_name():
-    data = SPEC.format(spare=2, mode="torchrun", launch=", max_restarts: 0")
+    data = SPEC.format(spare=2, mode="torchrun", launch=", max_restarts: 0", time="00:05:00")
     data = data.replace('gpus_per_node: 2}', 'gpus_per_node: 2, node_output: "logs/%x.%n.out"}')
     launch = render_jobscript(parse_spec(data, "s.yaml")).replace(" \\\n    ", " ")
     assert "--max_restarts=0 " in launch and "--output=logs/%x.%N.out" in launch, launch
@@ -74,7 +74,7 @@ def test_bad_values_are_one_line(value, message):
 
 def test_srun_mode_says_it_recovers_by_requeue_only(tmp_path, capsys):
     path = tmp_path / "s.yaml"
-    path.write_text(SPEC.format(spare=1, mode="srun", launch=""))
+    path.write_text(SPEC.format(spare=1, mode="srun", launch="", time="00:05:00"))
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
