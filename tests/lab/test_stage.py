@@ -42,13 +42,24 @@ job:
   node_output: null
 site: jsc
 runtime:
-  kind: apptainer
+  kind: {kind}
   image: {image}
-  stage: true
+  stage: true{extra}
 launch:
   mode: srun
-program: [python3, -c, {probe}, {marks}]
+program: {program}
 """
+
+
+def render(shared_tmp: Path, name: str, **fields: str) -> Path:
+    """SPEC with ``fields`` as shared_tmp/NAME.yaml, rendered by the composer's CLI to
+    shared_tmp/NAME.job."""
+    spec, job = shared_tmp / f"{name}.yaml", shared_tmp / f"{name}.job"
+    spec.write_text(SPEC.format(**{"extra": "", **fields}))
+    p = subprocess.run([str(PY), "-m", "launcher", "render", str(spec), "-o", str(job)],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    assert p.returncode == 0, p.stderr
+    return job
 
 
 def test_staged_image_runs_on_every_node_and_is_removed_after_a_failed_program(
@@ -60,14 +71,10 @@ def test_staged_image_runs_on_every_node_and_is_removed_after_a_failed_program(
     # A copy left by an ended job (job 1 of this lab has long ended) on node 1.
     planted = NODE_TMP / "jwb0001" / "tmp" / f"torchrun-jsc-stage-{uid}-1-image.sif"
     planted.write_bytes(b"left by a cancelled job")
-    spec = shared_tmp / "stage.yaml"
     marks = shared_tmp / "marks"
     marks.mkdir()
-    spec.write_text(SPEC.format(image=image, probe=json.dumps(PROBE), marks=marks))
-    job = shared_tmp / "stage.job"
-    p = subprocess.run([str(PY), "-m", "launcher", "render", str(spec), "-o", str(job)],
-                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
-    assert p.returncode == 0, p.stderr
+    job = render(shared_tmp, "stage", kind="apptainer", image=str(image),
+                 program=f"[python3, -c, {json.dumps(PROBE)}, {marks}]")
     res = cluster.run_job(str(job), ["-o", str(shared_tmp / "stage-%j.out")], timeout=180,
                           cwd=str(REPO))
     out = res.output
@@ -89,22 +96,7 @@ def test_staged_image_runs_on_every_node_and_is_removed_after_a_failed_program(
 
 # --- Enroot and pyxis: the squashfs staged where the container is created ---------------------
 
-ENROOT_SPEC = """\
-job:
-  nodes: 2
-  time: "00:05:00"
-  partition: batch
-  node_output: null
-site: jsc
-runtime:
-  kind: {kind}
-  image: {image}
-  container_name: image
-  stage: true
-launch:
-  mode: srun
-program: [python3, -c, "import os; print('STAGE_RAN', os.environ['SLURMD_NODENAME'], flush=True)"]
-"""
+RAN = """[python3, -c, "import os; print('STAGE_RAN', os.environ['SLURMD_NODENAME'], flush=True)"]"""
 
 
 @pytest.mark.parametrize("kind", ["enroot", "pyxis"])
@@ -115,12 +107,8 @@ def test_squashfs_staged_only_where_the_container_is_created(cluster, shared_tmp
     container, the third stages to node 2 only (enroot; pyxis asks its list the same way)."""
     image = shared_tmp / "image.sqsh"
     shutil.copyfile(REPO / "image.sqsh", image)
-    spec = shared_tmp / f"{kind}.yaml"
-    spec.write_text(ENROOT_SPEC.format(kind=kind, image=image))
-    job = shared_tmp / f"{kind}.job"
-    p = subprocess.run([str(PY), "-m", "launcher", "render", str(spec), "-o", str(job)],
-                       capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
-    assert p.returncode == 0, p.stderr
+    job = render(shared_tmp, kind, kind=kind, image=str(image), program=RAN,
+                 extra="\n  container_name: image")
     uid = os.getuid()
     st = image.stat()
     name = f"image-{st.st_size}-{int(st.st_mtime)}"
