@@ -13,7 +13,6 @@ the line says why; a process that is not a rank, or a job without job.requeue, i
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import subprocess
@@ -23,21 +22,20 @@ from typing import Dict, List
 
 import pytest
 
+from tests.helpers import need
+
 REPO = Path(__file__).resolve().parents[2]
 HOOK = REPO / "launcher" / "task" / "hook"
 HELD = "came before the program installed a handler for it: held until it does"
 
 
-def pyenv(version: str) -> str:
-    """pyenv's Python VERSION (this machine kind has 3.8.18 and 3.13.0)."""
-    pattern = f"~/.pyenv/versions/{version}.*/bin/python{version}"
-    found = sorted(glob.glob(os.path.expanduser(pattern)))
-    assert found, f"no Python {version} under ~/.pyenv/versions (this machine kind has pyenv's)"
-    return found[-1]
+# The oldest the images may have, this one, and the newest torch supports; looked up when a
+# test runs (tests/helpers/need.py: skipped with the reason where pyenv's is missing).
+PYTHONS = ("3.8", "this", "3.13")
 
 
-# The oldest the images may have, this one, and the newest torch supports.
-PYTHONS = {"3.8": pyenv("3.8"), "this": sys.executable, "3.13": pyenv("3.13")}
+def python(version: str) -> str:
+    return sys.executable if version == "this" else need.pyenv_python(version)
 
 # The rank: says it started (and whether the signal has a handler, as Lightning asks), waits
 # for the parent's word, installs its handler (or not), and reports what its handler saw.
@@ -95,11 +93,11 @@ def finish(p: subprocess.Popen) -> List[str]:
     return [p.returncode, out, err]
 
 
-@pytest.mark.parametrize("python", PYTHONS, ids=[f"python-{k}" for k in PYTHONS])
+@pytest.mark.parametrize("version", PYTHONS, ids=[f"python-{k}" for k in PYTHONS])
 @pytest.mark.parametrize("blocked", [True, False], ids=["torchrun-worker", "srun-task"])
 @pytest.mark.parametrize("how", ["early", "reinstall"])
-def test_early_signal_is_held_then_handed_to_the_programs_own_handler(python, blocked, how):
-    p = start(PYTHONS[python], how, env(), blocked)
+def test_early_signal_is_held_then_handed_to_the_programs_own_handler(version, blocked, how):
+    p = start(python(version), how, env(), blocked)
     assert p.stdout.readline().split() == ["started", "True", "True"]  # held, no handler
     os.kill(p.pid, signal.SIGUSR2)  # Slurm signals every process of the step
     line = p.stderr.readline()
@@ -113,9 +111,9 @@ def test_early_signal_is_held_then_handed_to_the_programs_own_handler(python, bl
     assert "handed to the program's handler" in err, err
 
 
-@pytest.mark.parametrize("python", PYTHONS, ids=[f"python-{k}" for k in PYTHONS])
-def test_a_handler_installed_first_gets_the_signal_at_once(python):
-    p = start(PYTHONS[python], "first", env(), blocked=True)
+@pytest.mark.parametrize("version", PYTHONS, ids=[f"python-{k}" for k in PYTHONS])
+def test_a_handler_installed_first_gets_the_signal_at_once(version):
+    p = start(python(version), "first", env(), blocked=True)
     assert p.stdout.readline().split() == ["started", "True", "True"]
     assert p.stdout.readline() == "installed\n"
     os.kill(p.pid, signal.SIGUSR2)

@@ -8,17 +8,16 @@ byte for byte as the goldens (PyYAML's pure-Python half, linked in). A 3.9+ call
 from __future__ import annotations
 
 import glob
-import os
 import subprocess
 from pathlib import Path
+
+from tests.helpers import need
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def python38() -> str:
-    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
-    assert found, "no Python 3.8 under ~/.pyenv/versions: this machine kind has pyenv's 3.8.18"
-    return found[-1]
+    return need.pyenv_python("3.8")
 
 
 def run38(code: str, tmp_path: Path) -> str:
