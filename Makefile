@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-scale test-fast test-index spec-reference architecture torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-times test-scale test-fast test-index spec-reference architecture torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -22,9 +22,18 @@ test-fast:
 # The oldest supported torch runs the launcher's real two-node test first (issue 30: a parser
 # change broke 1.9 while `make torch-compat` sat outside CI); about 1.8 GB, pip-cached.
 TORCH_OLDEST ?= 1.9.0
+# pytest in two lanes on one lab (scripts/test-lanes.sh, tests/helpers/lanes.py): the ring-3
+# tests that wait run beside the rest, on nodes of their own. Strict: a missing prerequisite
+# fails instead of skipping. The JUnit XML of both lanes stays in build/test-results/; what the
+# run cost (total, per ring, the 10 slowest) is printed at the end, pass or fail;
+# `make test-times` turns it into docs/development/test-times.md.
+JUNIT := build/test-results/junit-a.xml build/test-results/junit-b.xml
 test: setup
 	bash scripts/torch-compat.sh $(TORCH_OLDEST)
-	$(PY) -m pytest -ra --durations=30 -m "not emulated and not scale" tests
+	bash scripts/test-lanes.sh $(PY)
+
+test-times:
+	python3 tests/helpers/durations.py $(JUNIT) --page docs/development/test-times.md --commit "$$(git rev-parse --short HEAD)" $(if $(NOTE),--note "$(NOTE)")
 
 # A 2-node job in the arm64 image on the lab's x86_64 nodes under qemu-user (issue 29): the
 # image is multi-GB (PyPI's aarch64 torch is a CUDA build) and the job takes minutes, so not

@@ -20,6 +20,8 @@ from typing import Iterator, List
 
 import pytest
 
+from tests.helpers import lanes
+
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 RINGS = {"unit": "ring1", "fakes": "ring2", "lab": "ring3"}
@@ -36,9 +38,36 @@ def ring_of(path: Path) -> str:
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     """Mark each test with its folder's ring, so that `-m ring1`, `-m "not ring3"` select by
-    folder and no test file can be left without a ring."""
+    folder and no test file can be left without a ring; and lane b's tests with ``lane_b``
+    (tests/helpers/lanes.py), which in lane b's process run in that list's order."""
     for item in items:
         item.add_marker(ring_of(item.path))
+        if lanes.in_lane_b(item.nodeid):
+            item.add_marker("lane_b")
+    if lanes.lane() == "b":
+        items.sort(key=lambda item: lanes.order(item.nodeid))  # stable: file order within
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Lane b ends: the lab is lane a's, whatever happened (its first lab test waits for this
+    word or for lane b's reservation)."""
+    if lanes.lane() == "b":
+        lanes.say_ready()
+
+
+@pytest.fixture(scope="session")
+def lane_b_nodes(cluster) -> List[str]:
+    """Lane b's nodes, reserved once the lab-wide tests are done (tests/helpers/lanes.py)."""
+    nodes = lanes.reserve()
+    lanes.say_ready()
+    return nodes
+
+
+@pytest.fixture(autouse=True)
+def _lane(request: pytest.FixtureRequest) -> None:
+    """In lane b's process, every test but the lab-wide ones runs on lane b's reservation."""
+    if lanes.lane() == "b" and not lanes.lab_wide(request.node.nodeid):
+        request.getfixturevalue("lane_b_nodes")
 
 
 def load_slurmjob() -> ModuleType:
@@ -56,7 +85,9 @@ def load_slurmjob() -> ModuleType:
 def cluster() -> ModuleType:
     """Bring the cluster up (no-op when it is up) and return the job helper module.
 
-    Fails, never skips, when the prerequisites (root, `make setup`) are missing."""
+    Fails, never skips, when the prerequisites (root, `make setup`) are missing. In lane a's
+    process, first waits until lane b has its nodes (tests/helpers/lanes.py)."""
+    lanes.wait_ready()
     p = subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "up"], capture_output=True,
                        text=True, timeout=180, check=False)
     if p.returncode != 0:

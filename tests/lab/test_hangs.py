@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import lanes
 from tests.helpers.hangprog import STUCK
 from tests.helpers.labjobs import make
 from tests.lab.test_foreign_image import foreign_images
@@ -128,7 +129,8 @@ def test_stacks_on_demand_names_the_stuck_rank(cluster, shared_tmp, request, mod
         print(p.stdout)
         first = p.stdout.splitlines()[0]
         assert first.startswith("stacks: 3 ranks in all_reduce at hang_ranks.py:"), p.stdout
-        assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in first, p.stdout
+        second = lanes.job_nodes(job_id)[1]  # rank 3's (tests/helpers/lanes.py)
+        assert f"; rank 3 on {second} in load_batch at hang_ranks.py:" in first, p.stdout
         assert "4 ranks on 2 nodes" in p.stdout
         assert cluster.run(["squeue", "-h", "-j", job_id]).stdout.strip()  # still running
     finally:
@@ -167,13 +169,14 @@ def test_normal_job_has_no_stacks(cluster, shared_tmp):
     lines = p.stdout.splitlines()
     assert lines[0].startswith(f"timeline of job {res.job_id}: 2 nodes, batch script started "), \
         p.stdout
-    assert " on jwb0001, launch ended after " in lines[0], p.stdout
+    first, second = lanes.hostnames(res.info["NodeList"])
+    assert f" on {first}, launch ended after " in lines[0], p.stdout
     rows = {(line.split()[0], line[9:31].strip()) for line in lines[2:] if line.startswith("jwb")}
-    for node in ("jwb0001", "jwb0002"):  # 2 ranks each: both ranks' marks, every phase
+    for node in (first, second):  # 2 ranks each: both ranks' marks, every phase
         assert {(node, "container up"), (node, "torchrun_jsc decided"),
                 (node, "rendezvous done"), (node, "workers started (2)"),
                 (node, "process group up (2)"), (node, "first collective (2)")} <= rows, rows
-    assert {("jwb0001", "batch start"), ("jwb0001", "step start")} <= rows, rows
+    assert {(first, "batch start"), (first, "step start")} <= rows, rows
     assert [line.split(":")[0] for line in lines[-3:]] == ["slowest node", "slowest phase",
                                                            "picture"], p.stdout
     assert svg.read_text().count("<rect ") >= 2 * 7, svg.read_text()
@@ -201,9 +204,10 @@ def test_progress_deadline_ends_the_job(cluster, shared_tmp, mode):
     out = res.output
     assert f"(launch.hang_timeout {DEADLINE_S}) at " in out, out
     assert "stacks: 3 ranks in all_reduce at hang_ranks.py:" in out, out
-    assert "; rank 3 on jwb0002 in load_batch at hang_ranks.py:" in out, out
+    second = lanes.hostnames(res.info["NodeList"])[1]
+    assert f"; rank 3 on {second} in load_batch at hang_ranks.py:" in out, out
     last = [line for line in out.splitlines() if line.startswith("no progress for ")]
-    assert last == [f"no progress for {DEADLINE_S} s: rank 3 on jwb0002 in load_batch at "
+    assert last == [f"no progress for {DEADLINE_S} s: rank 3 on {second} in load_batch at "
                     f"{STUCK}, 1 collective behind the other 3; job ended"], out
     assert "SIGURG" not in out  # ended by the deadline, not warned by the time limit
     assert (REPO / ".hangs" / res.job_id / "no-progress").read_text() == last[0] + "\n"

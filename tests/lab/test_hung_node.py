@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from launcher.submit import timeline
+from tests.helpers import lanes
 from tests.helpers.labjobs import job_fields
 from tests.lab.test_spare_nodes import submit as spare_job
 from tests.lab.test_spare_nodes import (output, sh, steps, summaries,  # noqa: F401
@@ -40,7 +41,7 @@ def submit(base: Path, name: str, hang_node: str) -> str:
 
 
 def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shared_tmp):
-    nodes = sorted(sh("sinfo", "-h", "-N", "-p", "batch", "-o", "%N").stdout.split())
+    nodes = lanes.all_nodes()  # partition batch's, or lane b's (tests/helpers/lanes.py)
     assert len(nodes) == 3, nodes  # the job takes them all: the first two train
     victim, base, name = nodes[1], workdir(shared_tmp), "hung"
     t0 = time.monotonic()

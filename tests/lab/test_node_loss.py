@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.helpers import lanes
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
 STATE = Path("/run/torchrun-jsc-cluster")
@@ -40,15 +42,15 @@ def alive(pid: str) -> bool:
         return False
 
 
-def batch_nodes() -> dict[str, str]:
-    out = sh(["sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t"]).stdout
-    return dict(line.split() for line in out.splitlines())
+def state(node: str) -> str:
+    """sinfo's short state of ``node`` (``resv``: idle in lane b's reservation)."""
+    return sh(["sinfo", "-h", "-N", "-n", node, "-o", "%t"]).stdout.split()[0]
 
 
 def test_kill_node_is_silent_death_and_revive_node_brings_it_back(cluster):
-    nodes = batch_nodes()
-    victim, peer = sorted(nodes)[-1], sorted(nodes)[0]
-    assert nodes[victim] == "idle", f"{victim} must be idle for this test: {nodes}"
+    nodes = lanes.all_nodes()  # partition batch's, or lane b's (tests/helpers/lanes.py)
+    victim, peer = nodes[-1], nodes[0]
+    assert state(victim) in lanes.IDLE, f"{victim} must be idle for this test: {nodes}"
     slurmd = (STATE / f"slurmd-{victim}.pid").read_text().strip()
     p = sh([*CLUSTER, "kill-node", victim])
     assert p.returncode == 0, p.stderr
@@ -59,7 +61,7 @@ def test_kill_node_is_silent_death_and_revive_node_brings_it_back(cluster):
         link = sh(["ip", "-o", "link", "show", f"{victim}p"]).stdout
         assert "state DOWN" in link, link
         # Slurm was told nothing: right after the kill it still counts the node as idle.
-        assert batch_nodes()[victim] == "idle", batch_nodes()
+        assert state(victim) in lanes.IDLE, state(victim)
         again = sh([*CLUSTER, "kill-node", victim])
         assert again.returncode == 1 and f"node {victim} is already killed" in again.stderr
         probe = sh(["srun", "-w", peer, "-N1", "-n1", "--time=1", "python3", "-c", PROBE,

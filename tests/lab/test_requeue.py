@@ -27,6 +27,7 @@ import yaml
 
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
+from tests.helpers import lanes
 from tests.helpers.labjobs import job_fields, release_requeue_hold
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,7 +169,7 @@ def test_srun_mode_preempted_twice_stops_at_the_maximum(lab, shared_tmp):
 
 
 def test_real_preemption_checkpoints_now_and_resumes(lab, shared_tmp):
-    """A job in the lab's `urgent` partition (PriorityTier 2) needs both nodes: Slurm preempts
+    """A job in the lab's `urgent` partition (PriorityTier 2) needs every node: Slurm preempts
     the requeue job in `batch` (PreemptMode=REQUEUE, GraceTime=60), and with
     PreemptParameters=send_user_signal it sends the job's own --signal (B:USR2) at once. The
     trap passes it on, the ranks checkpoint at the next step, the script ends and leaves the
@@ -179,7 +180,7 @@ def test_real_preemption_checkpoints_now_and_resumes(lab, shared_tmp):
                                     "--checkpoint-every", "20"], max_=2)
     urgent_out = base / "urgent.out"
     res = run(job, base, "rq-preempted", preemptor=[
-        "-p", "urgent", "-N2", "--exclusive", "--time=1", "-o", str(urgent_out),
+        "-p", "urgent", f"-N{len(lanes.all_nodes())}", "--exclusive", "--time=1", "-o", str(urgent_out),
         "--wrap", "echo URGENT_RAN $(hostname)"])
     out = res["output"]
     assert res["state"] == "COMPLETED" and res["restarts"] == 1, out

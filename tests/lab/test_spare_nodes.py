@@ -33,7 +33,7 @@ import yaml
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from launcher.submit import timeline
-from tests.helpers import labsize
+from tests.helpers import labsize, lanes
 from tests.helpers.labjobs import job_fields, release_requeue_hold
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +47,12 @@ def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def three_nodes(cluster) -> Iterator[None]:
+    """Three nodes: lane b's reservation (tests/helpers/lanes.py), else partition batch grown
+    to three in place."""
+    if lanes.lane() == "b":
+        assert len(lanes.all_nodes()) == 3, lanes.all_nodes()
+        yield
+        return
     with labsize.at_least(3):
         yield
 
@@ -128,8 +134,8 @@ def kill(node: str, killed: List[str]) -> None:
     killed.append(node)
 
 
-def partition(state: str) -> None:
-    p = sh("scontrol", "update", "PartitionName=batch", f"State={state}")
+def scontrol(*argv: str) -> None:
+    p = sh("scontrol", *argv)
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -208,19 +214,19 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         wait_for(job_id, base, name, r"^step \d+ ", end)  # training goes on on the spare
         # The second attempt needs all three nodes alive. Slurm learns of a dead node only
         # after SlurmdTimeout, so it may place the requeued job on the two just killed (as on
-        # a site): the partition is down (queued jobs wait, running ones go on) until both
-        # are back.
-        partition("DOWN")
+        # a site): the requeued job is held until both are back. Held while Slurm's own
+        # hold after a requeue (BeginTime, about 120 s) still keeps it: no start between.
+        # (The partition stays up: the other lane's jobs use it, tests/helpers/lanes.py.)
         kill(spare, killed)
         wait_for(job_id, base, name, rf"no spare left for {spare}")
         wait_requeued(job_id)  # only then may the killed nodes come back
+        scontrol("hold", job_id)
         revive(killed)
         killed = []
-        partition("UP")
+        scontrol("release", job_id)
         wait_gone(job_id)
     finally:
         revive(killed)
-        partition("UP")
     out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
