@@ -9,6 +9,21 @@ the disk). spython's DockerParser parses each stage's values (spython.py); what 
 for a whole file is done here instead, and tests/unit/test_dockerfile.py pins those defects.
 """
 
-from launcher.dockerfile.lexer import DockerfileError
+from __future__ import annotations
 
-__all__ = ["DockerfileError"]
+from typing import Mapping, Sequence
+
+from launcher.dockerfile.lexer import DockerfileError
+from launcher.dockerfile.render import Context, Rendered, render_definition
+from launcher.dockerfile.stages import plan_build
+
+__all__ = ["DockerfileError", "convert"]
+
+
+def convert(text: str, context: Context, *, source: str = "Dockerfile",
+            build_args: Mapping[str, str] = {}, from_local: Mapping[str, str] = {},
+            arch: str = "amd64", header: Sequence[str] = ()) -> Rendered:
+    """Dockerfile text -> the Apptainer definition text and the notes (one line each) on what
+    did not carry over. DockerfileError (one line) for what cannot be converted."""
+    build = plan_build(text, build_args, from_local, arch, source)
+    return render_definition(build, context, source, header, arch)

@@ -48,6 +48,7 @@ class Stage:
     inherited: int = 0
     implicit: bool = False
     needs: Tuple[str, ...] = ()
+    sources: Tuple[Tuple[int, str], ...] = ()  # COPY --from's line -> the stage it names
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Build:
     global_args: Mapping[str, str]
     notes: Tuple[str, ...] = ()
     unused_args: Tuple[str, ...] = ()
-    declared: Tuple[str, ...] = field(default=())
+    build_args: Mapping[str, str] = field(default_factory=dict)
 
 
 def platform_values(arch: str) -> Dict[str, str]:
@@ -118,13 +119,14 @@ def plan_build(text: str, build_args: Mapping[str, str], from_local: Mapping[str
                          "image is built for ARCH (make image ARCH=...)")
         name = _stage_name(alias, index, stages)
         parent = stages.get(base_ref.lower())
-        if parent is not None and "/" not in base_ref:
+        if parent is not None:
             stage = Stage(name, parent.base, parent.instructions + tuple(body), ins.line,
-                          inherited=len(parent.instructions), needs=parent.needs)
+                          inherited=len(parent.instructions), needs=parent.needs,
+                          sources=parent.sources)
         else:
             stage = Stage(name, _base(base_ref, from_local, ins.where(source)), tuple(body),
                           ins.line)
-        needs = list(stage.needs)
+        needs, sources = list(stage.needs), list(stage.sources)
         for copy in (b for b in body if b.keyword in ("COPY", "ADD") and b.flag("from")):
             ref = plain(words(copy.flag("from") or "", {**global_args})[0], copy.where(source))
             dep = _copy_source(ref, stages, order, index)
@@ -134,8 +136,9 @@ def plan_build(text: str, build_args: Mapping[str, str], from_local: Mapping[str
                                     copy.line, implicit=True)
                 order.append(dep)
             needs.append(dep)
+            sources.append((copy.line, dep))
         stage = Stage(stage.name, stage.base, stage.instructions, stage.line, stage.inherited,
-                      needs=tuple(dict.fromkeys(needs)))
+                      needs=tuple(dict.fromkeys(needs)), sources=tuple(sources))
         stages[name] = stage
         if alias:
             stages[alias.lower()] = stage
@@ -145,7 +148,7 @@ def plan_build(text: str, build_args: Mapping[str, str], from_local: Mapping[str
     kept = tuple(stages[n] for n in order if n in wanted)
     used = set(declared) | _stage_args(kept)
     unused = tuple(sorted(k for k in build_args if k not in used))
-    return Build(kept, dict(global_args), tuple(notes), unused, tuple(declared))
+    return Build(kept, dict(global_args), tuple(notes), unused, dict(build_args))
 
 
 def arg_values(ins: Instruction, values: Mapping[str, str], build_args: Mapping[str, str],
