@@ -88,6 +88,17 @@ DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 # NGC's tags are multi-arch; docker-archive:PATH or oci-archive:PATH take a local copy.
 NGC_FROM ?= nvcr.io/nvidia/pytorch:25.12-py3
 export TORCH_WHEEL DOCKER_FROM NGC_FROM
+# DOCKERFILE=PATH: that Dockerfile converted (jsc-compose dockerfile) and built as Apptainer
+# does, the launcher layer on top -> image-NAME.sif (NAME: the Dockerfile's directory, or
+# DOCKERFILE_NAME; `make image-names DOCKERFILE=...` says); BASE does not apply (its FROM is
+# the base), ARCH does. DOCKER_BUILD_ARGS='NAME=VALUE ...' (docker build --build-arg),
+# FROM_LOCAL='IMAGE=SOURCE ...' (a FROM on a local copy: PATH.sif, docker-archive:PATH,
+# oci-archive:PATH), DOCKER_CONTEXT=DIR (default: the Dockerfile's directory).
+DOCKERFILE ?=
+export DOCKER_BUILD_ARGS FROM_LOCAL DOCKER_CONTEXT DOCKERFILE_NAME
+ifneq ($(strip $(DOCKERFILE)),)
+IMAGE_SIF := image-$(shell bash scripts/build-image.sh dockerfile-name '$(DOCKERFILE)')$(ASFX).sif
+endif
 BUILD_IMAGE := bash scripts/build-image.sh
 LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
 # The layers' build commands name their input and output only where they differ from the
@@ -117,7 +128,7 @@ build/docker-from.vars: FORCE
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 base-image: $(BASE_SIF)
 image-names:
-	@$(BUILD_IMAGE) paths $(BASE)
+	@$(if $(strip $(DOCKERFILE)),echo $(IMAGE_SIF),$(BUILD_IMAGE) paths $(BASE))
 
 # Rewritten only when BASE or the recorded commit changes, so that labels stay true.
 build/image$(TAG).vars: FORCE
@@ -129,20 +140,28 @@ build/horovod$(TAG).vars: FORCE
 	@printf '%s\n' "BASE=$(BASE)" "HOST_OPENMPI=$$(dpkg-query -W -f='$${Version}' openmpi-bin 2>/dev/null)" >$@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 
+ifeq ($(strip $(DOCKERFILE)),)
 $(IMAGE_SIF): $(BASE_SIF) containers/pytorch.def containers/files/allreduce_check.py \
            $(LAUNCHER_SRC) build/image$(TAG).vars
 	$(BUILD_IMAGE) image $(BASE)
+else
+# The script decides what is up to date (the definition, the build context's files).
+$(IMAGE_SIF): FORCE
+	$(BUILD_IMAGE) dockerfile '$(DOCKERFILE)'
+endif
 image: $(IMAGE_SIF)
 
 $(HOROVOD_SIF): $(BASE_SIF) containers/horovod.def containers/files/horovod_check.py \
              containers/files/horovod-build.sh build/horovod$(TAG).vars \
              $(if $(filter cuda,$(BASE)),requirements/cuda-nvcc.txt)
+	$(if $(strip $(DOCKERFILE)),$(error make $@ builds on the kit's bases, not on DOCKERFILE=: install Horovod in the Dockerfile))
 	$(BUILD_IMAGE) horovod $(BASE)
 horovod-image: $(HOROVOD_SIF)
 
 # accelerate, deepspeed, ray, submitit (requirements/launchers.txt) on image.sif, offline from a
 # host-made wheelhouse; a layer of its own so image.sif stays as small and quick as it is.
 $(LAUNCHERS_SIF): $(IMAGE_SIF) containers/launchers.def requirements/launchers.txt scripts/check-pins.py
+	$(if $(strip $(DOCKERFILE)),$(error make $@ builds on the kit's image, not on DOCKERFILE=: pip install the launchers in the Dockerfile))
 	$(BUILD_IMAGE) launchers$(call TAG_ARGS,$(IMAGE_SIF) $(LAUNCHERS_SIF))
 launchers-image: $(LAUNCHERS_SIF)
 
