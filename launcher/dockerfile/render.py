@@ -24,7 +24,7 @@ from launcher.dockerfile import notes as notes_mod
 from launcher.dockerfile.copy import STAGING, plan_copy
 from launcher.dockerfile.lexer import DockerfileError, Instruction, Ref, exec_form, \
     key_values, plain, shell_word, words
-from launcher.dockerfile.spython import Form, stage_values
+from launcher.dockerfile.runscript import final_sections
 from launcher.dockerfile.stages import Build, Stage, arg_values, platform_values
 
 COPY_FN = """\
@@ -140,7 +140,7 @@ def _stage(stage: Stage, build: Build, context: Context, source: str, arch: str,
     out += ["", "%post"] + [line if isinstance(line, _Verbatim) or not line else f"    {line}"
                             for line in post]
     if final:
-        out.extend(_final_sections(stage, state, source, notes))
+        out.extend(final_sections(stage, state, source, notes))
     return "\n".join(out)
 
 
@@ -258,51 +258,6 @@ def _run(ins: Instruction, state: _State, build: Build, context: Context, where:
 def _copy(ins: Instruction, state: _State, build: Build, context: Context, where: str,
           arch: str) -> None:
     plan_copy(ins, state, context, where)
-
-
-def _final_sections(stage: Stage, state: _State, source: str, notes: List[str]) -> List[str]:
-    out: List[str] = []
-    if state.labels:
-        out += ["", "%labels"] + [f"    {k} {v}" for k, v in state.labels]
-    values = stage_values(stage.instructions)
-    cmd, entry = values.cmd, values.entrypoint
-    entry_index = _last(stage.instructions, "ENTRYPOINT")
-    cmd_index = _last(stage.instructions, "CMD")
-    if entry_index is not None and cmd_index is not None and cmd_index < stage.inherited <= \
-            entry_index:
-        cmd = None  # an ENTRYPOINT resets the CMD of the image it is built on (Docker)
-    if entry is None and cmd is None:
-        if state.workdir_set:
-            notes.append(f"{source}: no CMD or ENTRYPOINT: apptainer run starts the base "
-                         f"image's own, in the calling directory, not in {state.workdir}")
-        return out
-    if entry is None and stage.base.bootstrap == "docker":
-        notes.append(f"{source}: CMD without ENTRYPOINT: an ENTRYPOINT of the base image "
-                     f"({stage.base.source}) is not run by apptainer run")
-    return out + ["", "%runscript"] + [f"    {line}" for line in
-                                       runscript(entry, cmd, state.shell, state.workdir)]
-
-
-def _last(instructions: Sequence[Instruction], keyword: str) -> Optional[int]:
-    found = [i for i, ins in enumerate(instructions) if ins.keyword == keyword]
-    return found[-1] if found else None
-
-
-def runscript(entry: Form, cmd: Form, shell: Sequence[str], workdir: str) -> List[str]:
-    """Docker's ENTRYPOINT + CMD for ``apptainer run IMAGE ARGS``: ARGS replace CMD and
-    follow an exec-form ENTRYPOINT; a shell-form ENTRYPOINT takes neither."""
-    lines = ["# Docker's ENTRYPOINT and CMD: arguments replace CMD."]
-    if workdir != "/":
-        lines.append(f"cd {shlex.quote(workdir)}")
-    shell_q = " ".join(shlex.quote(a) for a in shell)
-    if isinstance(entry, str):
-        return lines + [f"exec {shell_q} {shlex.quote(entry)}"]
-    default = cmd if isinstance(cmd, list) else [*shell, cmd] if cmd else []
-    if default:
-        lines.append('if [ "$#" -eq 0 ]; then set -- '
-                     + " ".join(shlex.quote(a) for a in default) + "; fi")
-    prefix = " ".join(shlex.quote(a) for a in entry or [])
-    return lines + [f'exec {prefix} "$@"' if prefix else 'exec "$@"']
 
 
 def _env_tail(names: Sequence[str]) -> List[str]:
