@@ -24,7 +24,7 @@ from launcher.dockerfile import notes as notes_mod
 from launcher.dockerfile.copy import STAGING, plan_copy
 from launcher.dockerfile.lexer import DockerfileError, Instruction, Ref, exec_form, \
     key_values, plain, shell_word, words
-from launcher.dockerfile.runscript import final_sections
+from launcher.dockerfile.runscript import base_entrypoint_post, final_sections
 from launcher.dockerfile.stages import Build, Stage, arg_values, platform_values
 
 COPY_FN = """\
@@ -136,7 +136,7 @@ def _stage(stage: Stage, build: Build, context: Context, source: str, arch: str,
     if state.copies:
         post.append(f"rm -rf {STAGING.rsplit('/', 1)[0]}")
     if final:
-        post.extend(_env_tail(state.env))
+        post.extend(base_entrypoint_post(stage) + _env_tail(state.env))
     out += ["", "%post"] + [line if isinstance(line, _Verbatim) or not line else f"    {line}"
                             for line in post]
     if final:

@@ -120,7 +120,7 @@ def test_spython_turns_user_into_su_and_healthcheck_into_a_test(tmp_path):
     assert "%test\nCMD curl -f http://localhost/ || exit 1" in text
     assert 'exec /bin/bash python3 "$@"' in text  # CMD ["python3"] run as a bash script
     ours, notes = convert_text(TWO_STAGES)
-    assert 'set -- python3; fi\n    exec "$@"' in ours
+    assert 'set -- python3; fi\n' in ours and 'exec "$@"' in ours
     assert "su " not in ours and "%test" not in ours and "curl" not in ours
     assert [n.split(":")[1] for n in notes if "not carried over" in n] == ["5", "6"]
 
@@ -181,6 +181,26 @@ def test_runscript_keeps_docker_s_entrypoint_and_cmd_rules(entry, cmd, args, exp
     os.environ.setdefault("HOME", "/nohome")
     got = run_runscript([ln.replace("$HOME", "/nohome") for ln in lines], args, tmp_path)
     assert got == expected
+
+
+def test_cmd_alone_runs_under_the_base_image_s_entrypoint(tmp_path):
+    """Docker keeps the base image's ENTRYPOINT under a Dockerfile's CMD: the runscript reads
+    it as the build recorded it from Apptainer's OCI runscript (OCI_ENTRYPOINT='...')."""
+    text, _ = convert_text('FROM x\nCMD ["c1"]\n')
+    post = [ln.strip() for ln in text.split("%post\n")[1].splitlines()]
+    start = post.index("OCI_ENTRYPOINT=")
+    recorded = tmp_path / "recorded"
+    oci = tmp_path / "oci-runscript"
+    oci.write_text("#!/bin/sh\nOCI_ENTRYPOINT='\"prog\" \"base entry\"'\nOCI_CMD='\"x\"'\n")
+    record = "\n".join(post[start:start + 3]).replace("/.singularity.d/runscript", str(oci))
+    record = record.replace("/.singularity.d/dockerfile-base-entrypoint", str(recorded))
+    subprocess.run(["/bin/sh", "-c", record], check=True, timeout=30)
+    lines = [ln.replace("/.singularity.d/dockerfile-base-entrypoint", str(recorded))
+             for ln in runscript(None, ["c1"], ["/bin/sh", "-c"], "/", base_entry=True)]
+    assert run_runscript(lines, [], tmp_path) == ["base entry", "c1"]
+    assert run_runscript(lines, HOSTILE, tmp_path) == ["base entry", *HOSTILE]
+    recorded.write_text("\n")  # a base without ENTRYPOINT
+    assert run_runscript(lines, ["prog", "a b"], tmp_path) == ["a b"]
 
 
 def test_runscript_starts_in_workdir(tmp_path):
