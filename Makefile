@@ -98,6 +98,9 @@ DOCKERFILE ?=
 export DOCKER_BUILD_ARGS FROM_LOCAL DOCKER_CONTEXT DOCKERFILE_NAME
 ifneq ($(strip $(DOCKERFILE)),)
 IMAGE_SIF := image-$(shell bash scripts/build-image.sh dockerfile-name '$(DOCKERFILE)')$(ASFX).sif
+ifneq ($(filter horovod% launchers%,$(MAKECMDGOALS)),)
+$(error make $(filter horovod% launchers%,$(MAKECMDGOALS)) builds on the kit's bases, not on DOCKERFILE=: install Horovod or the launchers in the Dockerfile)
+endif
 endif
 BUILD_IMAGE := bash scripts/build-image.sh
 LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
@@ -154,14 +157,12 @@ image: $(IMAGE_SIF)
 $(HOROVOD_SIF): $(BASE_SIF) containers/horovod.def containers/files/horovod_check.py \
              containers/files/horovod-build.sh build/horovod$(TAG).vars \
              $(if $(filter cuda,$(BASE)),requirements/cuda-nvcc.txt)
-	$(if $(strip $(DOCKERFILE)),$(error make $@ builds on the kit's bases, not on DOCKERFILE=: install Horovod in the Dockerfile))
 	$(BUILD_IMAGE) horovod $(BASE)
 horovod-image: $(HOROVOD_SIF)
 
 # accelerate, deepspeed, ray, submitit (requirements/launchers.txt) on image.sif, offline from a
 # host-made wheelhouse; a layer of its own so image.sif stays as small and quick as it is.
 $(LAUNCHERS_SIF): $(IMAGE_SIF) containers/launchers.def requirements/launchers.txt scripts/check-pins.py
-	$(if $(strip $(DOCKERFILE)),$(error make $@ builds on the kit's image, not on DOCKERFILE=: pip install the launchers in the Dockerfile))
 	$(BUILD_IMAGE) launchers$(call TAG_ARGS,$(IMAGE_SIF) $(LAUNCHERS_SIF))
 launchers-image: $(LAUNCHERS_SIF)
 
