@@ -658,7 +658,7 @@ cmd_dockerfile() {
     # The launcher layer installs with the image's pip (no network, no build isolation) and tests
     # with its torch: say so in one line now rather than after a failed layer build.
     export_drop_caps
-    if ! apptainer exec "$base" python3 -c 'import pip, torch, setuptools as s; assert int(s.__version__.split(".")[0]) >= 61' >/dev/null 2>&1; then
+    if ! apptainer exec "$base" python3 -c 'import setuptools as s, pip, torch; assert int(s.__version__.split(".")[0]) >= 61' >/dev/null 2>&1; then
         die "$base (from $df) lacks what the launcher layer needs: python3 with pip, setuptools >= 61 and torch (add them in the Dockerfile; apptainer exec $base python3 -c 'import pip, setuptools, torch' shows which)"
     fi
     cmd_image "dockerfile-$name" "$out" "$base" "dockerfile:$df" image
