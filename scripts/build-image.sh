@@ -626,6 +626,20 @@ composer_python() {
     die "converting a Dockerfile needs a Python with PyYAML and spython: pip install pyyaml spython==0.3.14 (or pip install . into a venv, then VENV=that venv), or COMPOSER_PY=/path/to/python"
 }
 
+# local_froms DEF: the local files a definition's stages bootstrap from (a SIF, an archive).
+local_froms() {
+    awk '/^Bootstrap: (localimage|docker-archive|oci-archive)$/ {want = 1; next}
+         want && /^From: / {print substr($0, 7)} {want = 0}' "$1"
+}
+# newer_than FILE: true when a path on stdin is newer than FILE (a local base was replaced).
+newer_than() {
+    local path
+    while IFS= read -r path; do
+        if [ "$path" -nt "$1" ]; then return 0; fi
+    done
+    return 1
+}
+
 cmd_dockerfile() {
     local df=${1:-} name base def out py context args=() arch_opt=() word
     [ -n "$df" ] || die "usage: build-image.sh dockerfile PATH (make image DOCKERFILE=PATH)"
@@ -645,7 +659,8 @@ cmd_dockerfile() {
     "$py" -m launcher dockerfile "$df" -o "$def.new" "${args[@]}" ||
         die "$df was not converted: the line above says why (jsc-compose dockerfile $df prints the definition)"
     lock_or_skip "$base" || true
-    if [ -f "$base" ] && cmp -s "$def.new" "$def" && [ -z "$(find "$context" -newer "$base" -print -quit)" ]; then
+    if [ -f "$base" ] && cmp -s "$def.new" "$def" && [ -z "$(find "$context" -newer "$base" -print -quit)" ] &&
+        ! local_froms "$def" | newer_than "$base"; then
         rm -f "$def.new"
         echo "build-image: $base is up to date (its definition and build context are unchanged)"
     else
