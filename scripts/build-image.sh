@@ -593,7 +593,7 @@ cmd_image() {
     start=$(now)
     run_test "$tmp_out" "$key"
     if grep -q '^VERBS_MISSING' "$build/logs/$key.test.log"; then
-        echo "build-image: warning: $(grep -m1 '^VERBS_MISSING' "$build/logs/$key.test.log" | cut -d' ' -f2-)" >&2
+        echo "build-image: warning: $(grep -m1 '^VERBS_MISSING' "$build/logs/$key.test.log") (in the Dockerfile)" >&2
     fi
     record "${key//-/_}_test_s" "$(elapsed "$start")"
     commit_output "$out"
