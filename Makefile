@@ -97,7 +97,8 @@ export TORCH_WHEEL DOCKER_FROM NGC_FROM
 DOCKERFILE ?=
 export DOCKER_BUILD_ARGS FROM_LOCAL DOCKER_CONTEXT DOCKERFILE_NAME
 ifneq ($(strip $(DOCKERFILE)),)
-IMAGE_SIF := image-$(shell bash scripts/build-image.sh dockerfile-name '$(DOCKERFILE)')$(ASFX).sif
+DOCKERFILE_SIF := build/dockerfile-$(shell bash scripts/build-image.sh dockerfile-name '$(DOCKERFILE)')$(ASFX).sif
+IMAGE_SIF := $(patsubst build/dockerfile-%,image-%,$(DOCKERFILE_SIF))
 ifneq ($(filter horovod% launchers%,$(MAKECMDGOALS)),)
 $(error make $(filter horovod% launchers%,$(MAKECMDGOALS)) builds on the kit's bases, not on DOCKERFILE=: install Horovod or the launchers in the Dockerfile)
 endif
@@ -148,9 +149,13 @@ $(IMAGE_SIF): $(BASE_SIF) containers/pytorch.def containers/files/allreduce_chec
            $(LAUNCHER_SRC) build/image$(TAG).vars
 	$(BUILD_IMAGE) image $(BASE)
 else
-# The script decides what is up to date (the definition, the build context's files).
-$(IMAGE_SIF): FORCE
-	$(BUILD_IMAGE) dockerfile '$(DOCKERFILE)'
+# The script leaves the Dockerfile's image untouched while its definition, build context and
+# local FROM files are unchanged; the launcher layer follows it as it follows a kit base.
+$(DOCKERFILE_SIF): FORCE
+	$(BUILD_IMAGE) dockerfile-base '$(DOCKERFILE)'
+$(IMAGE_SIF): $(DOCKERFILE_SIF) containers/pytorch.def containers/files/allreduce_check.py \
+           containers/files/verbs_check.py $(LAUNCHER_SRC) build/image$(TAG).vars
+	$(BUILD_IMAGE) dockerfile-layer '$(DOCKERFILE)'
 endif
 image: $(IMAGE_SIF)
 

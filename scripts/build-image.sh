@@ -5,8 +5,9 @@
 #   build-image.sh image NAME       containers/pytorch.def on build/base-NAME.sif -> image.sif
 #   build-image.sh horovod NAME     containers/horovod.def on build/base-NAME.sif -> horovod.sif
 #   build-image.sh launchers [SIF]  containers/launchers.def on image.sif -> launchers.sif
-#   build-image.sh dockerfile PATH  PATH converted (jsc-compose dockerfile) -> build/dockerfile-NAME.sif,
-#                                   containers/pytorch.def on it -> image-NAME.sif
+#   build-image.sh dockerfile PATH  PATH converted (jsc-compose dockerfile) -> build/dockerfile-NAME.sif
+#                                   (dockerfile-base PATH), containers/pytorch.def on it -> image-NAME.sif
+#                                   (dockerfile-layer PATH)
 #   build-image.sh dockerfile-name PATH  print NAME (the Dockerfile's directory; DOCKERFILE_NAME)
 #   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
 #   build-image.sh def DEF OUT      any definition file -> OUT (the tests' own images)
@@ -640,14 +641,21 @@ newer_than() {
     return 1
 }
 
-cmd_dockerfile() {
-    local df=${1:-} name base def out py context args=() arch_opt=() word
-    [ -n "$df" ] || die "usage: build-image.sh dockerfile PATH (make image DOCKERFILE=PATH)"
-    [ -f "$df" ] || die "DOCKERFILE=$df: no such file"
-    name=$(dockerfile_name "$df")
+# dockerfile_paths PATH: sets name, base (the Dockerfile's image), def and out (the layer).
+dockerfile_paths() {
+    [ -n "${1:-}" ] || die "usage: build-image.sh dockerfile|dockerfile-base|dockerfile-layer PATH (make image DOCKERFILE=PATH)"
+    [ -f "$1" ] || die "DOCKERFILE=$1: no such file"
+    name=$(dockerfile_name "$1")
     base=$build/dockerfile-$name$ASFX.sif
     def=$build/dockerfile-$name$ASFX.def
     out=$repo/image-$name$ASFX.sif
+}
+
+# The Dockerfile converted and built as it is: build/dockerfile-NAME.sif, left untouched when
+# its definition, its build context and its local FROM files are unchanged (make's test).
+cmd_dockerfile_base() {
+    local df=${1:-} name base def out py context args=() arch_opt=() word
+    dockerfile_paths "$df"
     context=${DOCKER_CONTEXT:-$(dirname "$df")}
     preflight
     need_emulation
@@ -663,15 +671,23 @@ cmd_dockerfile() {
         ! local_froms "$def" | newer_than "$base"; then
         rm -f "$def.new"
         echo "build-image: $base is up to date (its definition and build context are unchanged)"
-    else
-        mv -f "$def.new" "$def"
-        # A registry FROM of another architecture: the image index's ARCH entry.
-        if [ "$ARCH" != "$HOST_ARCH" ]; then arch_opt=(--arch "$ARCH"); fi
-        apptainer_build "$base" "$def" "could not build $df's image from ${def#"$repo"/}: the log's last lines say which step; a FROM the registry does not serve here can come from a local copy (FROM_LOCAL='IMAGE=docker-archive:PATH')" "${arch_opt[@]}"
-        commit_output "$base"
+        return 0
     fi
-    # The launcher layer installs with the image's pip (no network, no build isolation) and tests
-    # with its torch: say so in one line now rather than after a failed layer build.
+    mv -f "$def.new" "$def"
+    # A registry FROM of another architecture: the image index's ARCH entry.
+    if [ "$ARCH" != "$HOST_ARCH" ]; then arch_opt=(--arch "$ARCH"); fi
+    apptainer_build "$base" "$def" "could not build $df's image from ${def#"$repo"/}: the log's last lines say which step; a FROM the registry does not serve here can come from a local copy (FROM_LOCAL='IMAGE=docker-archive:PATH')" "${arch_opt[@]}"
+    commit_output "$base"
+}
+
+# The launcher layer (containers/pytorch.def, the image's runscript kept) on that image.
+cmd_dockerfile_layer() {
+    local df=${1:-} name base def out
+    dockerfile_paths "$df"
+    [ -f "$base" ] || die "$base missing: make image DOCKERFILE=$df builds it"
+    # The layer installs with the image's pip (no network, no build isolation) and tests with
+    # its torch: say so in one line now rather than after a failed layer build.
+    check_apptainer
     export_drop_caps
     if ! apptainer exec "$base" python3 -c 'import setuptools as s, pip, torch; assert int(s.__version__.split(".")[0]) >= 61' >/dev/null 2>&1; then
         die "$base (from $df) lacks what the launcher layer needs: python3 with pip, setuptools >= 61 and torch (add them in the Dockerfile; apptainer exec $base python3 -c 'import pip, setuptools, torch' shows which)"
@@ -809,11 +825,13 @@ case ${1:-} in
     image) cmd_image "${@:2}" ;;
     horovod) cmd_horovod "${@:2}" ;;
     launchers) cmd_launchers "${@:2}" ;;
-    dockerfile) cmd_dockerfile "${@:2}" ;;
+    dockerfile) cmd_dockerfile_base "${@:2}" && cmd_dockerfile_layer "${@:2}" ;;
+    dockerfile-base) cmd_dockerfile_base "${@:2}" ;;
+    dockerfile-layer) cmd_dockerfile_layer "${@:2}" ;;
     dockerfile-name) dockerfile_name "${2:?Dockerfile path}"; echo ;;
     enroot) cmd_enroot "${@:2}" ;;
     commit) git_commit ;;
     paths) cmd_paths "${@:2}" ;;
     prepare) cmd_prepare "${@:2}" ;;
-    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | dockerfile PATH | dockerfile-name PATH | enroot [SIF [SQSH]] | def DEF OUT | commit | paths NAME | prepare cuda" ;;
+    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | dockerfile[-base|-layer] PATH | dockerfile-name PATH | enroot [SIF [SQSH]] | def DEF OUT | commit | paths NAME | prepare cuda" ;;
 esac
