@@ -654,7 +654,7 @@ dockerfile_paths() {
 # The Dockerfile converted and built as it is: build/dockerfile-NAME.sif, left untouched when
 # its definition, its build context and its local FROM files are unchanged (make's test).
 cmd_dockerfile_base() {
-    local df=${1:-} name base def out py context args=() arch_opt=() word
+    local df=${1:-} name base def out py context args=() arch_opt=() word start
     dockerfile_paths "$df"
     context=${DOCKER_CONTEXT:-$(dirname "$df")}
     preflight
@@ -676,7 +676,9 @@ cmd_dockerfile_base() {
     mv -f "$def.new" "$def"
     # A registry FROM of another architecture: the image index's ARCH entry.
     if [ "$ARCH" != "$HOST_ARCH" ]; then arch_opt=(--arch "$ARCH"); fi
+    start=$(now)
     apptainer_build "$base" "$def" "could not build $df's image from ${def#"$repo"/}: the log's last lines say which step; a FROM the registry does not serve here can come from a local copy (FROM_LOCAL='IMAGE=docker-archive:PATH')" "${arch_opt[@]}"
+    record "dockerfile_${name//-/_}${ASFX//-/_}_build_s" "$(elapsed "$start")"
     commit_output "$base"
 }
 
