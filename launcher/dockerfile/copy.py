@@ -31,6 +31,9 @@ def plan_copy(ins: Instruction, state, context, where: str) -> None:
     if len(items) < 2:
         raise DockerfileError(f"{where}: expected {ins.keyword} SRC... DEST")
     dest = items[-1]
+    if not dest.startswith("/") and not state.workdir_set:
+        state.notes.append(f"{where} to {dest}: relative to /, as no WORKDIR came before it "
+                           "(Docker: the base image's WORKDIR, which is not known here)")
     target = posixpath.normpath(posixpath.join(state.workdir, dest))
     if dest.endswith("/") and target != "/":
         target += "/"

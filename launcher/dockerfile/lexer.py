@@ -86,8 +86,7 @@ def read_instructions(text: str, source: str = "Dockerfile") -> List[Instruction
 
 
 def _instruction(line: int, parts: List[str], source: str) -> Instruction:
-    first = parts[0].lstrip()
-    keyword, _, rest = first.partition(" ") if " " in first else first.partition("\t")
+    keyword, rest = re.match(r"(\S+)\s*(.*)$", parts[0].strip(), re.S).groups()
     keyword = keyword.upper()
     kept = [rest] + parts[1:]
     if kept[-1].rstrip().endswith("\\"):  # a continuation at the end of the file

@@ -162,7 +162,12 @@ def _instruction(ins: Instruction, state: _State, build: Build, context: Context
                               "appear in a definition: write it another way (e.g. '{''{')")
     handler = _HANDLERS.get(ins.keyword)
     if handler is not None:
-        handler(ins, state, build, context, where, arch)
+        try:
+            handler(ins, state, build, context, where, arch)
+        except DockerfileError as exc:  # a word rule's error: give it the place
+            if str(exc).startswith(f"{source}:"):
+                raise
+            raise DockerfileError(f"{where}: {exc}") from None
         return
     line = notes_mod.note(ins, where)
     if line is None:

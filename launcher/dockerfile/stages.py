@@ -169,7 +169,12 @@ def arg_values(ins: Instruction, values: Mapping[str, str], build_args: Mapping[
 
 
 def _from_words(ins: Instruction, values: Mapping[str, str], source: str) -> Tuple[str, str]:
-    parts = [plain(w, ins.where(source)) for w in words(ins.text, values)]
+    try:
+        parts = [plain(w, ins.where(source)) for w in words(ins.text, values)]
+    except DockerfileError as exc:
+        if str(exc).startswith(f"{source}:"):
+            raise
+        raise DockerfileError(f"{ins.where(source)}: {exc}") from None
     if len(parts) == 1:
         return parts[0], ""
     if len(parts) == 3 and parts[1].lower() == "as":

@@ -357,6 +357,8 @@ def test_run_forms_and_flags():
     ("RUN x\nFROM y\n", {}, "Dockerfile:1: RUN: before the first FROM only ARG"),
     ("# just a comment\n", {}, "Dockerfile: no FROM instruction"),
     ("# escape=`\nFROM x\n", {}, "Dockerfile:1: escape=`: only the backslash"),
+    ("FROM x\nENV A=${B#pre}\n", {}, "Dockerfile:2: ENV: unsupported substitution"),
+    ("FROM ${IMG%:*}\n", {}, "Dockerfile:1: FROM: unsupported substitution"),
     ("FROM x\nCOPY [\"a b\", \"/d\"]\n", {"a b": "file"}, "Apptainer's %files cannot name"),
 ])
 def test_refusals_are_one_line_with_the_place(text, files, message):
@@ -364,6 +366,17 @@ def test_refusals_are_one_line_with_the_place(text, files, message):
         convert_text(text, files)
     assert "\n" not in str(err.value)
     assert __import__("re").search(message, str(err.value)), str(err.value)
+
+
+def test_tabs_lowercase_keywords_and_continuations():
+    text, _ = convert_text("from\tx\nrun\techo a \\\n  # dropped\n  b\n")
+    assert "From: x" in text and "/bin/sh -c 'echo a \\\n  b'" in text
+
+
+def test_relative_copy_before_any_workdir_is_named():
+    _, notes = convert_text("FROM x\nCOPY a.txt .\n", {"a.txt": "file"})
+    assert notes == ["Dockerfile:2: COPY to .: relative to /, as no WORKDIR came before it "
+                     "(Docker: the base image's WORKDIR, which is not known here)"]
 
 
 def test_dockerignore_and_chown_are_named():
