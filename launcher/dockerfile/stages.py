@@ -129,7 +129,7 @@ def plan_build(text: str, build_args: Mapping[str, str], from_local: Mapping[str
         needs, sources = list(stage.needs), list(stage.sources)
         for copy in (b for b in body if b.keyword in ("COPY", "ADD") and b.flag("from")):
             ref = plain(words(copy.flag("from") or "", {**global_args})[0], copy.where(source))
-            dep = _copy_source(ref, stages, order, index)
+            dep = _copy_source(ref, stages, order, index, copy.where(source))
             if dep is None:
                 dep = f"image-{copy.line}"
                 stages[dep] = Stage(dep, _base(ref, from_local, copy.where(source)), (),
@@ -205,13 +205,13 @@ def _base(ref: str, from_local: Mapping[str, str], what: str) -> Base:
 
 
 def _copy_source(ref: str, stages: Mapping[str, Stage], order: List[str],
-                 index: int) -> Optional[str]:
+                 index: int, where: str) -> Optional[str]:
     """The stage a COPY --from names (its name or its number), or None for an image."""
     if ref.isdigit():
         number = int(ref)
         named = [n for n in order if not stages[n].implicit]
         if number >= index:
-            raise DockerfileError(f"COPY --from={ref}: no stage {ref} before this one")
+            raise DockerfileError(f"{where} --from={ref}: no stage {ref} before this one")
         return named[number]
     stage = stages.get(ref.lower())
     return stage.name if stage is not None else None

@@ -359,6 +359,7 @@ def test_run_forms_and_flags():
     ("# escape=`\nFROM x\n", {}, "Dockerfile:1: escape=`: only the backslash"),
     ("FROM x\nENV A=${B#pre}\n", {}, "Dockerfile:2: ENV: unsupported substitution"),
     ("FROM ${IMG%:*}\n", {}, "Dockerfile:1: FROM: unsupported substitution"),
+    ("FROM x\nCOPY --from=0 /a /b\n", {}, "Dockerfile:2: COPY --from=0: no stage 0 before"),
     ("FROM x\nCOPY [\"a b\", \"/d\"]\n", {"a b": "file"}, "Apptainer's %files cannot name"),
 ])
 def test_refusals_are_one_line_with_the_place(text, files, message):
