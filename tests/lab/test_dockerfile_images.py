@@ -14,9 +14,12 @@ the squashfs. Then: ``apptainer run`` starts in WORKDIR with the ENV, the CMD un
 ENTRYPOINT, arguments replacing CMD; the builder's artifact is there and its steps are not;
 ``torchrun_jsc`` and the labels; Enroot's /etc/environment; and one 2-node torchrun job in the
 image (world size 4 over both nodes, the image's ENV seen by every rank).
-Expected: about 6 min on the 2-core lab VM with build/base-local.sif cached (the base's OCI
-layout and push about 1.5 min, the Dockerfile's two stages about 2 min, the launcher layer
-and its test under 1 min, the job under 1 min).
+Expected: about 8 min on the 2-core lab VM with build/base-local.sif cached (the base's OCI
+layout and push 1-2 min, `make` 3-4 min: the Dockerfile's two stages, the launcher layer and
+its %test, the squashfs without /dev's nodes; the run checks and the job 2 min). The build and
+the checks before the job passed on 2026-11-28 with a 203 MiB stand-in base (the host's
+Python and CPU torch, a banner ENTRYPOINT) from the same kind of loopback registry, outside
+the lab: `make` 119 s at load average 9.
 """
 
 from __future__ import annotations
