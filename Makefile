@@ -97,6 +97,21 @@ DOCKER_FROM ?= pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 # NGC's tags are multi-arch; docker-archive:PATH or oci-archive:PATH take a local copy.
 NGC_FROM ?= nvcr.io/nvidia/pytorch:25.12-py3
 export TORCH_WHEEL DOCKER_FROM NGC_FROM
+# DOCKERFILE=PATH: that Dockerfile converted (jsc-compose dockerfile) and built as Apptainer
+# does, the launcher layer on top -> image-NAME.sif (NAME: the Dockerfile's directory, or
+# DOCKERFILE_NAME; `make image-names DOCKERFILE=...` says); BASE does not apply (its FROM is
+# the base), ARCH does. DOCKER_BUILD_ARGS='NAME=VALUE ...' (docker build --build-arg),
+# FROM_LOCAL='IMAGE=SOURCE ...' (a FROM on a local copy: PATH.sif, docker-archive:PATH,
+# oci-archive:PATH), DOCKER_CONTEXT=DIR (default: the Dockerfile's directory).
+DOCKERFILE ?=
+export DOCKER_BUILD_ARGS FROM_LOCAL DOCKER_CONTEXT DOCKERFILE_NAME
+ifneq ($(strip $(DOCKERFILE)),)
+DOCKERFILE_SIF := build/dockerfile-$(shell bash scripts/build-image.sh dockerfile-name '$(DOCKERFILE)')$(ASFX).sif
+IMAGE_SIF := $(patsubst build/dockerfile-%,image-%,$(DOCKERFILE_SIF))
+ifneq ($(filter horovod% launchers%,$(MAKECMDGOALS)),)
+$(error make $(filter horovod% launchers%,$(MAKECMDGOALS)) builds on the kit's bases, not on DOCKERFILE=: install Horovod or the launchers in the Dockerfile)
+endif
+endif
 BUILD_IMAGE := bash scripts/build-image.sh
 LAUNCHER_SRC := pyproject.toml $(shell find launcher -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null)
 # The layers' build commands name their input and output only where they differ from the
@@ -126,7 +141,7 @@ build/docker-from.vars: FORCE
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 base-image: $(BASE_SIF)
 image-names:
-	@$(BUILD_IMAGE) paths $(BASE)
+	@$(if $(strip $(DOCKERFILE)),echo $(IMAGE_SIF),$(BUILD_IMAGE) paths $(BASE))
 
 # Rewritten only when BASE or the recorded commit changes, so that labels stay true.
 build/image$(TAG).vars: FORCE
@@ -138,9 +153,19 @@ build/horovod$(TAG).vars: FORCE
 	@printf '%s\n' "BASE=$(BASE)" "HOST_OPENMPI=$$(dpkg-query -W -f='$${Version}' openmpi-bin 2>/dev/null)" >$@.new
 	@if cmp -s $@.new $@; then rm -f $@.new; else mv -f $@.new $@; fi
 
+ifeq ($(strip $(DOCKERFILE)),)
 $(IMAGE_SIF): $(BASE_SIF) containers/pytorch.def containers/files/allreduce_check.py \
            $(LAUNCHER_SRC) build/image$(TAG).vars
 	$(BUILD_IMAGE) image $(BASE)
+else
+# The script leaves the Dockerfile's image untouched while its definition, build context and
+# local FROM files are unchanged; the launcher layer follows it as it follows a kit base.
+$(DOCKERFILE_SIF): FORCE
+	$(BUILD_IMAGE) dockerfile-base '$(DOCKERFILE)'
+$(IMAGE_SIF): $(DOCKERFILE_SIF) containers/pytorch.def containers/files/allreduce_check.py \
+           containers/files/verbs_check.py $(LAUNCHER_SRC) build/image$(TAG).vars
+	$(BUILD_IMAGE) dockerfile-layer '$(DOCKERFILE)'
+endif
 image: $(IMAGE_SIF)
 
 $(HOROVOD_SIF): $(BASE_SIF) containers/horovod.def containers/files/horovod_check.py \

@@ -1,5 +1,5 @@
 """Command line edge of the composer: ``jsc-compose`` (= ``python -m launcher``)
-``render|check|preview|submit|venv|doctor|stacks|timeline``.
+``render|check|preview|submit|venv|doctor|stacks|timeline|dockerfile``.
 
 Where it sits: the only place that turns typed exceptions into one stderr line and an
 exit code (2: bad spec or arguments, 1: writing/submitting failed). ``--debug`` shows the
@@ -49,7 +49,8 @@ examples:
   {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job
   {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)
   {prog} stacks 123456                            # every rank's Python stack, grouped
-  {prog} timeline 123456                          # each node's start-up phases, and an SVG"""
+  {prog} timeline 123456                          # each node's start-up phases, and an SVG
+  {prog} dockerfile Dockerfile -o image.def       # an Apptainer definition (make image DOCKERFILE=)"""
 
 
 def _parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -95,6 +96,7 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     submit.usage = f"{prog} submit [-h] [-o OUTPUT] spec [-- SBATCH_OPTION ...]"
     _venv_parser(sub, debug, prog)
     _doctor_parser(sub, debug, prog)
+    _dockerfile_parser(sub, debug)
     stacks = sub.add_parser("stacks", parents=[debug], help="every rank's Python stack of a "
                             "running job, grouped (docs/guide/hangs.md)",
                             description="Signal every rank of a running job that the kit "
@@ -139,6 +141,76 @@ def _doctor_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
                         "lab): count CUDA_VISIBLE_DEVICES only, no device files")
     doctor.usage = (f"{prog} doctor [-h] [--json] [--nodelist NODES] [--fake-gpus] spec "
                     "[-- SBATCH_OPTION ...]")
+
+
+def _dockerfile_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
+                       debug: argparse.ArgumentParser) -> None:
+    conv = sub.add_parser("dockerfile", parents=[debug], help="convert a Dockerfile into an "
+                          "Apptainer definition (docs/guide/runtimes.md#from-a-dockerfile)",
+                          description="Write an Apptainer definition that builds what the "
+                          "Dockerfile builds: every stage, ARG, ENV, WORKDIR, COPY/ADD, RUN, "
+                          "ENTRYPOINT and CMD; one line on stderr for each instruction that "
+                          "does not carry over. Exit status 2: a Dockerfile or option that "
+                          "cannot be converted (one line).")
+    conv.add_argument("dockerfile")
+    conv.add_argument("-o", "--output", help="write here instead of stdout")
+    conv.add_argument("--build-arg", action="append", default=[], metavar="NAME=VALUE",
+                      help="as docker build --build-arg (repeat it)")
+    conv.add_argument("--from-local", action="append", default=[], metavar="IMAGE=SOURCE",
+                      help="build FROM IMAGE (as written in the Dockerfile, ARGs applied) on "
+                      "a local copy: PATH.sif, docker-archive:PATH or oci-archive:PATH")
+    conv.add_argument("--context", metavar="DIR", help="the build context COPY and ADD read "
+                      "from (default: the Dockerfile's directory; docker build's last argument)")
+    conv.add_argument("--arch", help="amd64 or arm64, for TARGETARCH & co. (default: this "
+                      "host's)")
+
+
+def _pairs(values: Sequence[str], option: str) -> dict:
+    out = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name:
+            raise SpecError(option, "", "expected NAME=VALUE", value)
+        out[name] = rest
+    return out
+
+
+def _dockerfile(args: argparse.Namespace) -> int:
+    """`dockerfile`: read the Dockerfile and its context, convert (launcher.dockerfile), write."""
+    try:
+        from launcher.dockerfile import convert
+        from launcher.dockerfile.context import DiskContext
+    except ImportError as exc:
+        raise SubmitError(f"jsc-compose dockerfile needs spython ({exc}): pip install "
+                          "spython==0.3.14, or pip install . (the kit's dependencies)") from None
+    path = os.path.abspath(args.dockerfile)
+    if not os.path.isfile(path):
+        raise SpecError(args.dockerfile, "", "no such file: the Dockerfile to convert")
+    context = os.path.abspath(args.context or os.path.dirname(path))
+    if not os.path.isdir(context):
+        raise SpecError("--context", "", "not a directory", args.context)
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(
+        normalize_arch(args.arch or os.uname().machine) or "")
+    if arch is None:
+        raise SpecError("--arch", "", "amd64 or arm64 (x86_64 and aarch64 too)", args.arch)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    header = [f"Apptainer definition written by jsc-compose dockerfile (launcher {__version__})",
+              f"from {args.dockerfile} (build context {context}); edit the Dockerfile, not this.",
+              "Build: apptainer build IMAGE.sif THIS.def, or make image DOCKERFILE=...; notes: "
+              "docs/guide/runtimes.md#from-a-dockerfile"]
+    done = convert(text, DiskContext(context), source=os.path.basename(path),
+                   build_args=_pairs(args.build_arg, "--build-arg"),
+                   from_local=_pairs(args.from_local, "--from-local"), arch=arch, header=header)
+    _warn(done.notes)
+    if args.output:
+        tmp = f"{args.output}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(done.text)
+        os.replace(tmp, args.output)
+    else:
+        sys.stdout.write(done.text)
+    return 0
 
 
 def _venv_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]",
@@ -310,6 +382,8 @@ def _sets_logs(sbatch_args: Sequence[str]) -> bool:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "stacks":
         return _stacks(args)
+    if args.command == "dockerfile":
+        return _dockerfile(args)
     if args.command == "timeline":
         from launcher.submit import timeline
 
@@ -369,6 +443,12 @@ def _warn(lines: Sequence[str]) -> None:
         print(line, file=sys.stderr)
 
 
+def _is_dockerfile_error(exc: Exception) -> bool:
+    from launcher.dockerfile.lexer import DockerfileError
+
+    return isinstance(exc, DockerfileError)
+
+
 def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     # Everything after the first "--" is for sbatch (submit only); options before it, in any
     # order, are ours. (argparse.REMAINDER would swallow a later "-o FILE" too.)
@@ -383,11 +463,11 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
                      f"got {' '.join(args.sbatch_args)!r}")
     try:
         return _run(args)
-    except (SpecError, SubmitError) as exc:
-        if args.debug:
+    except (SpecError, SubmitError, ValueError) as exc:
+        if args.debug or (isinstance(exc, ValueError) and not _is_dockerfile_error(exc)):
             raise
         print(str(exc), file=sys.stderr)
-        return 2 if isinstance(exc, SpecError) else 1
+        return 1 if isinstance(exc, SubmitError) else 2
     except OSError as exc:  # stdout closed, unreadable cwd, ...
         if args.debug:
             raise

@@ -5,6 +5,10 @@
 #   build-image.sh image NAME       containers/pytorch.def on build/base-NAME.sif -> image.sif
 #   build-image.sh horovod NAME     containers/horovod.def on build/base-NAME.sif -> horovod.sif
 #   build-image.sh launchers [SIF]  containers/launchers.def on image.sif -> launchers.sif
+#   build-image.sh dockerfile PATH  PATH converted (jsc-compose dockerfile) -> build/dockerfile-NAME.sif
+#                                   (dockerfile-base PATH), containers/pytorch.def on it -> image-NAME.sif
+#                                   (dockerfile-layer PATH)
+#   build-image.sh dockerfile-name PATH  print NAME (the Dockerfile's directory; DOCKERFILE_NAME)
 #   build-image.sh enroot SIF SQSH  the SIF's root filesystem partition -> SQSH (Enroot/pyxis)
 #   build-image.sh def DEF OUT      any definition file -> OUT (the tests' own images)
 #   build-image.sh commit           print the git commit the image label records
@@ -26,7 +30,11 @@
 # TORCH_WHEEL (local base), DOCKER_FROM (docker base), NGC_FROM (ngc base), MIRROR (Debian mirror), PY (a host
 # python with pip, for `pip download`; default: the project venv, else python3, else a small
 # venv made here in build/tools-venv), PYPI_INDEX (the index the CUDA base's wheels come from;
-# asked with pip --isolated so that a local find-links such as /opt/wheels cannot win).
+# asked with pip --isolated so that a local find-links such as /opt/wheels cannot win);
+# for `dockerfile`: DOCKER_BUILD_ARGS ("NAME=VALUE ..."), FROM_LOCAL ("IMAGE=SOURCE ...", a
+# FROM's local copy: PATH.sif, docker-archive:PATH, oci-archive:PATH), DOCKER_CONTEXT (the
+# build context, default the Dockerfile's directory), DOCKERFILE_NAME, COMPOSER_PY (a Python
+# with PyYAML and spython; default: the venv's, else python3).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -559,26 +567,134 @@ stage_launcher() {
     echo "$stage"
 }
 
+# cmd_image NAME [OUT [BASE_SIF BASE_DESC RUNSCRIPT]]: containers/pytorch.def on a base.
+# RUNSCRIPT=image keeps the base's runscript (a Dockerfile's ENTRYPOINT + CMD) and only warns
+# when the base lacks the verbs libraries (cmd_dockerfile); kit: the kit's own (default).
 cmd_image() {
-    local name=${1:?base name} out=${2:-} base start stage
+    local name=${1:?base name} out=${2:-} base=${3:-} desc=${4:-} runscript=${5:-kit} start stage
+    local key verbs=required
     [ -n "$out" ] || out=$repo/image$(image_tag "$name").sif
+    [ -n "$base" ] || base=$(base_sif "$name")
+    [ -n "$desc" ] || desc=$(base_desc "$name")
+    [ "$runscript" = kit ] || verbs=warn
+    key=$(basename "$out" .sif)
     preflight
     need_emulation
     lock_or_skip "$out" || return 0
-    base=$(base_sif "$name")
     [ -f "$base" ] || die "base image $base missing: make base-image BASE=$name ARCH=$ARCH (make image builds it)"
     stage=$(stage_launcher)
     stage_dir=$stage
     start=$(now)
     apptainer_build "$out" containers/pytorch.def "could not build $out on $base" \
-        --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$(base_desc "$name")" \
+        --build-arg "BASE_SIF=$base" --build-arg "BASE_DESC=$desc" \
         --build-arg "GIT_COMMIT=$(git_commit)" --build-arg "LAUNCHER_SRC=$stage" \
-        --build-arg "FILES=$repo/containers/files"
-    record "image$(image_tag "$name" | tr - _)_build_s" "$(elapsed "$start")"
+        --build-arg "FILES=$repo/containers/files" --build-arg "RUNSCRIPT=$runscript" \
+        --build-arg "VERBS=$verbs"
+    record "${key//-/_}_build_s" "$(elapsed "$start")"
     start=$(now)
-    run_test "$tmp_out" "image$(image_tag "$name")"
-    record "image$(image_tag "$name" | tr - _)_test_s" "$(elapsed "$start")"
+    run_test "$tmp_out" "$key"
+    if grep -q '^VERBS_MISSING' "$build/logs/$key.test.log"; then
+        echo "build-image: warning: $(grep -m1 '^VERBS_MISSING' "$build/logs/$key.test.log") (in the Dockerfile)" >&2
+    fi
+    record "${key//-/_}_test_s" "$(elapsed "$start")"
     commit_output "$out"
+}
+
+# --- A Dockerfile (docs/guide/runtimes.md#from-a-dockerfile) -------------------------------
+# dockerfile_name PATH: DOCKERFILE_NAME, else the Dockerfile's directory (plus what its file
+# name adds to "Dockerfile": proj/Dockerfile.gpu -> proj-gpu), lower case, [a-z0-9_.-].
+dockerfile_name() {
+    local df=$1 name file
+    if [ -n "${DOCKERFILE_NAME:-}" ]; then
+        name=$DOCKERFILE_NAME
+    else
+        name=$(basename "$(cd "$(dirname "$df")" && pwd)")
+        file=$(basename "$df")
+        file=${file//Dockerfile/}
+        file=${file//dockerfile/}
+        file=${file//./}
+        if [ -n "$file" ]; then name=$name-$file; fi
+    fi
+    printf '%s' "$name" | tr '[:upper:]' '[:lower:]' | tr -c 'a-z0-9_.-' '-'
+}
+
+# The composer (jsc-compose dockerfile) needs PyYAML and spython, not torch.
+composer_python() {
+    local py
+    for py in ${COMPOSER_PY:-} "${VENV:-$repo/.venv}/bin/python" python3; do
+        if "$py" -c 'import yaml, spython' 2>/dev/null; then echo "$py"; return 0; fi
+    done
+    die "converting a Dockerfile needs a Python with PyYAML and spython: pip install pyyaml spython==0.3.14 (or pip install . into a venv, then VENV=that venv), or COMPOSER_PY=/path/to/python"
+}
+
+# local_froms DEF: the local files a definition's stages bootstrap from (a SIF, an archive).
+local_froms() {
+    awk '/^Bootstrap: (localimage|docker-archive|oci-archive)$/ {want = 1; next}
+         want && /^From: / {print substr($0, 7)} {want = 0}' "$1"
+}
+# newer_than FILE: true when a path on stdin is newer than FILE (a local base was replaced).
+newer_than() {
+    local path
+    while IFS= read -r path; do
+        if [ "$path" -nt "$1" ]; then return 0; fi
+    done
+    return 1
+}
+
+# dockerfile_paths PATH: sets name, base (the Dockerfile's image), def and out (the layer).
+dockerfile_paths() {
+    [ -n "${1:-}" ] || die "usage: build-image.sh dockerfile|dockerfile-base|dockerfile-layer PATH (make image DOCKERFILE=PATH)"
+    [ -f "$1" ] || die "DOCKERFILE=$1: no such file"
+    name=$(dockerfile_name "$1")
+    base=$build/dockerfile-$name$ASFX.sif
+    def=$build/dockerfile-$name$ASFX.def
+    out=$repo/image-$name$ASFX.sif
+}
+
+# The Dockerfile converted and built as it is: build/dockerfile-NAME.sif, left untouched when
+# its definition, its build context and its local FROM files are unchanged (make's test).
+cmd_dockerfile_base() {
+    local df=${1:-} name base def out py context args=() arch_opt=() word start
+    dockerfile_paths "$df"
+    context=${DOCKER_CONTEXT:-$(dirname "$df")}
+    preflight
+    need_emulation
+    py=$(composer_python) || exit 1
+    for word in ${DOCKER_BUILD_ARGS:-}; do args+=(--build-arg "$word"); done
+    for word in ${FROM_LOCAL:-}; do args+=(--from-local "$word"); done
+    args+=(--context "$context" --arch "$ARCH")
+    # The conversion's notes (what did not carry over) pass through to the user, one line each.
+    "$py" -m launcher dockerfile "$df" -o "$def.new" "${args[@]}" ||
+        die "$df was not converted: the line above says why (jsc-compose dockerfile $df prints the definition)"
+    lock_or_skip "$base" || true
+    if [ -f "$base" ] && cmp -s "$def.new" "$def" && [ -z "$(find "$context" -newer "$base" -print -quit)" ] &&
+        ! local_froms "$def" | newer_than "$base"; then
+        rm -f "$def.new"
+        echo "build-image: $base is up to date (its definition and build context are unchanged)"
+        return 0
+    fi
+    mv -f "$def.new" "$def"
+    # A registry FROM of another architecture: the image index's ARCH entry.
+    if [ "$ARCH" != "$HOST_ARCH" ]; then arch_opt=(--arch "$ARCH"); fi
+    start=$(now)
+    apptainer_build "$base" "$def" "could not build $df's image from ${def#"$repo"/}: the log's last lines say which step; a FROM the registry does not serve here can come from a local copy (FROM_LOCAL='IMAGE=docker-archive:PATH')" "${arch_opt[@]}"
+    record "dockerfile_${name//-/_}${ASFX//-/_}_build_s" "$(elapsed "$start")"
+    commit_output "$base"
+}
+
+# The launcher layer (containers/pytorch.def, the image's runscript kept) on that image.
+cmd_dockerfile_layer() {
+    local df=${1:-} name base def out
+    dockerfile_paths "$df"
+    [ -f "$base" ] || die "$base missing: make image DOCKERFILE=$df builds it"
+    # The layer installs with the image's pip (no network, no build isolation) and tests with
+    # its torch: say so in one line now rather than after a failed layer build.
+    check_apptainer
+    export_drop_caps
+    if ! apptainer exec "$base" python3 -c 'import setuptools as s, pip, torch; assert int(s.__version__.split(".")[0]) >= 61' >/dev/null 2>&1; then
+        die "$base (from $df) lacks what the launcher layer needs: python3 with pip, setuptools >= 61 and torch (add them in the Dockerfile; apptainer exec $base python3 -c 'import pip, setuptools, torch' shows which)"
+    fi
+    cmd_image "dockerfile-$name" "$out" "$base" "dockerfile:$df" image
 }
 
 # mpi_suite BASE: the Debian suite whose Open MPI the local base's image needs so that the
@@ -711,9 +827,13 @@ case ${1:-} in
     image) cmd_image "${@:2}" ;;
     horovod) cmd_horovod "${@:2}" ;;
     launchers) cmd_launchers "${@:2}" ;;
+    dockerfile) cmd_dockerfile_base "${@:2}" && cmd_dockerfile_layer "${@:2}" ;;
+    dockerfile-base) cmd_dockerfile_base "${@:2}" ;;
+    dockerfile-layer) cmd_dockerfile_layer "${@:2}" ;;
+    dockerfile-name) dockerfile_name "${2:?Dockerfile path}"; echo ;;
     enroot) cmd_enroot "${@:2}" ;;
     commit) git_commit ;;
     paths) cmd_paths "${@:2}" ;;
     prepare) cmd_prepare "${@:2}" ;;
-    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | enroot [SIF [SQSH]] | def DEF OUT | commit | paths NAME | prepare cuda" ;;
+    *) die "usage: build-image.sh base|image|horovod NAME [OUT] | launchers [SIF [OUT]] | dockerfile[-base|-layer] PATH | dockerfile-name PATH | enroot [SIF [SQSH]] | def DEF OUT | commit | paths NAME | prepare cuda" ;;
 esac

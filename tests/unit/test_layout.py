@@ -142,7 +142,7 @@ def test_the_docs_name_the_node_side():
 STAGES = (
     ("edge", {"launcher.__main__", "launcher.cli"}),
     ("submit", {"launcher.submit", "launcher.submitit"}),
-    ("render", {"launcher.render"}),
+    ("render", {"launcher.render", "launcher.dockerfile"}),
     ("plan", {"launcher.plan"}),
     ("load", {"launcher.spec"}),
     ("features", {"launcher.features"}),
