@@ -28,6 +28,7 @@ from launcher.plan import build_plan, plan_json, spec_warnings
 from launcher.render.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError, SubmitError
 from launcher.runtimes import RUNTIMES
+from launcher.slurm import nodelist_size
 from launcher.spec import load_spec
 from launcher.submit import check_log_dirs, sbatch, submit_warnings, write_script
 from launcher.submit.stacks import run_stacks_step, timed_out_line
@@ -44,7 +45,7 @@ examples:
   {prog} render jobs/ddp_container.yaml -o x.job   # write it
   {prog} render --json jobs/ddp_container.yaml     # the job plan (the dry run) as JSON
   {prog} check jobs/ddp_container.yaml             # validate only
-  {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
+  {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0002]'
   {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
   {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job
   {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)
@@ -247,6 +248,8 @@ def _doctor(spec: JobSpec, args: argparse.Namespace, kit_dir: str) -> int:
     launch = dataclasses.replace(spec.launch, preflight=Preflight(fake_gpus=fake))
     script = render_jobscript(dataclasses.replace(spec, launch=launch), doctor=True,
                               kit_dir=kit_dir)
+    if args.nodelist:
+        _check_doctor_nodelist(spec, args.nodelist)
     if os.environ.get("SLURM_JOB_ID"):
         if args.sbatch_args or args.nodelist:
             raise SpecError(args.spec, "--", "inside an allocation (SLURM_JOB_ID is set) the "
@@ -259,6 +262,20 @@ def _doctor(spec: JobSpec, args: argparse.Namespace, kit_dir: str) -> int:
         print(line, file=sys.stderr)
     sys.stdout.write(render_json(reports) if args.json else render_table(reports))
     return 1 if failures(reports) else 0
+
+
+def _check_doctor_nodelist(spec: JobSpec, text: str) -> None:
+    """The doctor's --nodelist parsed here, not by sbatch, and no larger than the spec's job
+    (a shorter one is filled up by Slurm: sbatch -w)."""
+    want = spec.job.nodes + spec.job.spare_nodes
+    try:
+        size = nodelist_size(text)
+    except ValueError as exc:
+        raise SpecError(spec.source, "--nodelist", str(exc)) from None
+    if size > want:
+        raise SpecError(spec.source, "--nodelist", f"names {size} nodes, more than the spec's "
+                        f"job has ({want}): name at most {want} (Slurm adds others to fewer)",
+                        text)
 
 
 def _stacks(args: argparse.Namespace) -> int:
@@ -345,6 +362,9 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "doctor":
         return _doctor(spec, args, kit_dir)
     elif args.command == "preview":
+        if not 1 <= args.job_id < 1 << 32:
+            raise SpecError(args.spec, "--job-id", "a Slurm job id: an integer from 1 to "
+                            f"{(1 << 32) - 1}", args.job_id)
         try:
             # Besides the cwd, the one default preview takes from this machine: on a JSC
             # login node, $SYSTEMNAME is the system the job will run on.
@@ -386,7 +406,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except (SpecError, SubmitError) as exc:
         if args.debug:
             raise
-        print(str(exc), file=sys.stderr)
+        print(" ".join(str(exc).splitlines()), file=sys.stderr)  # one line, always
         return 2 if isinstance(exc, SpecError) else 1
     except OSError as exc:  # stdout closed, unreadable cwd, ...
         if args.debug:

@@ -8,6 +8,7 @@ Where it sits: on the ground floor: spec (YAML -> these types) -> features, mode
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Tuple, Union
 
@@ -20,11 +21,27 @@ class SpecError(Exception):
 
     def __init__(self, file: str, path: str, message: str, value: Any = MISSING) -> None:
         self.file, self.path, self.message, self.value = file, path, message, value
-        text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
+        where = file if file.isprintable() else repr(file)[1:-1]  # a newline in a file name
+        text = f"{where}: {path}: {message}" if path else f"{where}: {message}"
         if value is not MISSING:
-            shown = repr(value)
+            shown = shown_value(value)
             text += f", got {shown if len(shown) <= 80 else shown[:77] + '...'}"
         super().__init__(text)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 200
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 30
+_SHORT.maxlevel = 4
+
+
+def shown_value(value: Any) -> str:
+    """A value as a message shows it: a number as the user wrote it (``1_000``, not 1000),
+    else its repr, built bounded (reprlib), so a huge value never costs a huge string."""
+    source = getattr(value, "source", None)
+    if isinstance(source, str):
+        return source[:200]
+    return _SHORT.repr(value)
 
 
 class SubmitError(Exception):

@@ -98,7 +98,7 @@ def test_check_ok(capsys):
 
 def test_preview(capsys):
     assert main(["preview", str(ROOT / "jobs/ddp_container.yaml"), "--nodelist",
-                 "jwb[0001-0004]", "--job-id", "100"]) == 0
+                 "jwb[0001-0002]", "--job-id", "100"]) == 0
     out = capsys.readouterr().out
     assert "node 0 jwb0001: node_rank=0 is_host=yes" in out and "jwb0001i:29600" in out
 

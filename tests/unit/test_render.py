@@ -246,6 +246,7 @@ def test_nodelist_expansion():
 
 def test_preview_per_node():
     spec = load_spec("jobs/ddp_container.yaml")
+    spec = dataclasses.replace(spec, job=dataclasses.replace(spec.job, nodes=4))
     text = render_preview(spec, "jwb[0001-0004]", job_id=4242, cwd="/repo",
                           system="juwelsbooster")
     assert "rendezvous endpoint jwb0001i:29742" in text
