@@ -31,6 +31,7 @@ from launcher.runtimes import RUNTIMES
 from launcher.slurm import nodelist_size
 from launcher.spec import load_spec
 from launcher.submit import check_log_dirs, sbatch, submit_warnings, write_script
+from launcher.submit.output import output_target
 from launcher.submit.stacks import run_stacks_step, timed_out_line
 from launcher.render.venvjob import default_requirements, default_script, fill_wheelhouse, \
     render_venv_job
@@ -72,7 +73,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser("render", parents=[debug], help="print or write the jobscript")
     render.add_argument("spec")
-    render.add_argument("-o", "--output", help="write here instead of stdout")
+    render.add_argument("-o", "--output", help="write here (a regular file, atomically; "
+                        "through a symlink) instead of stdout; '-': stdout")
     render.add_argument("--json", action="store_true", help="the job plan instead of the "
                         "script: #SBATCH options with who asked for each, the paragraphs, "
                         "the set-up step, the steps before the launch and the launch, as JSON")
@@ -172,13 +174,13 @@ def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
     if args.dry_run:
         sys.stdout.write(text)
         return
+    script = output_target(args.output or default_script(spec))  # before any download
     requirements = args.requirements or default_requirements(spec)
     if not os.path.isfile(requirements):
         raise SpecError(spec.source, "--requirements", "file not found (relative to the "
                         "submit directory, where the build job starts)", requirements)
     if house:
         fill_wheelhouse(house, requirements, spec)
-    script = args.output or default_script(spec)
     write_script(text, script)
     print(sbatch(script, args.sbatch_args))
 
@@ -335,9 +337,11 @@ def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     for warning in spec_warnings(spec):  # the spec is valid, but likely not meant so
         print(warning, file=sys.stderr)
-    target = getattr(args, "output", None)
+    target = _script_path(args)
     if target and os.path.realpath(target) == os.path.realpath(args.spec):
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
+    if target and target != "-":
+        output_target(target)  # a regular file or a new one: refused before anything runs
     kit_dir = _kit_dir(args)
     if args.command == "check":
         # Every check ran in load_spec (the modes' and runtimes' too); rendering only counts
@@ -352,7 +356,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "render":
         plan = build_plan(spec, "submit", kit_dir)
         text = json.dumps(plan_json(plan), indent=2) + "\n" if args.json else render(plan)
-        if args.output:
+        if args.output and args.output != "-":
             check_log_dirs(spec)  # a script to submit: its log directory must exist
             write_script(text, args.output)
         else:
@@ -377,11 +381,23 @@ def _run(args: argparse.Namespace) -> int:
         text = render_jobscript(spec, kit_dir=kit_dir)
         if not _sets_logs(args.sbatch_args):
             check_log_dirs(spec)
-        script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
+        script = target
         _warn(submit_warnings(spec, os.environ, os.getcwd(), submitting=True))
         write_script(text, script)
         print(sbatch(script, args.sbatch_args))
     return 0
+
+
+def _script_path(args: argparse.Namespace) -> Optional[str]:
+    """Where the command writes a file: render's -o (``-``: stdout), submit's -o or the spec
+    beside it with .job; venv's is checked where it is known (launcher.render.venvjob)."""
+    output = getattr(args, "output", None)
+    if args.command == "submit":
+        output = output or str(PurePosixPath(args.spec).with_suffix(".job"))
+    if output == "-" and args.command in ("submit", "venv"):
+        raise SpecError(args.spec, "-o", f"{args.command} hands a file to sbatch: name one "
+                        "(render -o - writes to stdout)", output)
+    return output
 
 
 def _warn(lines: Sequence[str]) -> None:
