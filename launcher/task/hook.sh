@@ -20,4 +20,19 @@ if [ "${TORCHRUN_JSC_OFI_NCCL:-}" = 1 ]; then
     # shellcheck source=nccl-net.sh
     . "${0%/*}/nccl-net.sh"
 fi
+# env.set's PATH, LD_PRELOAD, LD_LIBRARY_PATH are for the program only
+# (launcher/features/env.py TASK_ONLY): set here, after the task's command is found with the
+# PATH the job's own commands use.
+if [ -n "${TORCHRUN_JSC_TASK_ENV:-}" ]; then
+    jsc_cmd=$(command -v -- "$1") || jsc_cmd=$1
+    shift
+    for jsc_n in $TORCHRUN_JSC_TASK_ENV; do
+        case $jsc_n in
+            PATH | LD_PRELOAD | LD_LIBRARY_PATH)
+                eval "$jsc_n=\${TORCHRUN_JSC_TASK_$jsc_n-}"
+                export "${jsc_n?}" ;;
+        esac
+    done
+    set -- "$jsc_cmd" "$@"
+fi
 exec "$@"
