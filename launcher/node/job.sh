@@ -179,7 +179,12 @@ jsc_stage() {  # IMAGE DIR [NODES]
             "squashfs) can be staged; runtime.stage: false runs it where it is" >&2
         return 1
     fi
-    stage_image="$2/torchrun-jsc-stage-$(id -u)-$SLURM_JOB_ID-${1##*/}"
+    # A directory of this job's own on every node, under a name nobody can know before the job
+    # starts (a name squeue predicts could be taken first by another user of a shared /tmp),
+    # made by stage.sh (mkdir -m 700: never one that exists); the copy goes in it.
+    stage_dir="$2/torchrun-jsc-stage-$(id -u)-$SLURM_JOB_ID-$(od -An -N6 -tx1 /dev/urandom |
+        tr -d ' \n')"
+    stage_image="$stage_dir/${1##*/}"
     size=$(stat -L -c %s -- "$1")
     jsc_epoch
     t0=$jsc_t
@@ -190,6 +195,9 @@ jsc_stage() {  # IMAGE DIR [NODES]
     else
         trap jsc_unstage EXIT
     fi
+    srun --kill-on-bad-exit=1 "${where[@]}" "--nodes=$count" "--ntasks=$count" \
+        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" make "$stage_dir" ||
+        return 1
     if ! sbcast "${where[@]}" --force --preserve "$1" "$stage_image"; then
         echo "runtime.stage: sbcast could not copy $1 to $2 on every node (above): set" \
             "runtime.stage.to to a node-local directory every node has, or runtime.stage:" \
@@ -198,7 +206,7 @@ jsc_stage() {  # IMAGE DIR [NODES]
     fi
     jobs=$(jsc_user_jobs)
     srun --kill-on-bad-exit=1 "${where[@]}" "--nodes=$count" "--ntasks=$count" \
-        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" "$stage_image" \
+        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" check "$stage_image" \
         "$size" "$jobs" || return 1
     jsc_epoch
     echo "job ${SLURM_JOB_ID}: image $1 staged to $2 on $count node$([ "$count" -eq 1 ] ||
@@ -227,7 +235,7 @@ jsc_stage_create() {  # KIND DIR
 jsc_unstage() {  # the EXIT trap: remove the copy on every node (once)
     trap - EXIT
     if srun --overlap --kill-on-bad-exit=0 "--nodes=$nnodes" "--ntasks=$nnodes" \
-        --ntasks-per-node=1 --cpus-per-task=1 rm -f -- "$stage_image"; then
+        --ntasks-per-node=1 --cpus-per-task=1 rm -rf -- "$stage_dir"; then
         echo "job ${SLURM_JOB_ID}: staged image $stage_image removed on $nnodes nodes"
     else
         echo "runtime.stage: $stage_image was not removed on every node (above): the next" \
@@ -263,7 +271,9 @@ jsc_cache_env() {
 # counts as unknown too, rather than failing the job's set-up.
 jsc_user_jobs() {
     local jobs
-    jobs="$(squeue -h -u "$(id -un)" -o %i 2>/dev/null)" || jobs=unknown
+    # %A: each job's own id, an array task's too (%i prints an array task as BASE_INDEX,
+    # which no staged copy or per-job container is named by).
+    jobs="$(squeue -h -u "$(id -un)" -o %A 2>/dev/null)" || jobs=unknown
     if [ "${#jobs}" -gt 100000 ]; then jobs=unknown; fi
     printf '%s\n' "$jobs"
 }
