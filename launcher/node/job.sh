@@ -387,6 +387,7 @@ jsc_wait_launch() {
 jsc_after_launch() {
     local fr_dumps=("$hangs_dir"/fr/*)
     jsc_mark launch_end
+    jsc_timeline_fold
     if [ "$launch_rc" -ne 0 ] && [ -e "${fr_dumps[0]}" ]; then
         echo "job ${SLURM_JOB_ID}: flight recorder: ${#fr_dumps[@]} rank dumps in" \
             "$hangs_dir/fr; which rank missed which collective: python3 -m" \
@@ -405,19 +406,38 @@ jsc_after_launch() {
 
 # --- Timeline (docs/guide/timeline.md) ---------------------------------------------------------
 # When each node passed each phase of the start-up: one line "TIME PHASE [WHO]" per mark,
-# appended to $PWD/.timeline/JOBID/NODE (one file per node, kept; `jsc-compose timeline JOBID`
-# reads them): here the batch script's (batch_start, step_start, launch_end), each task's
-# container_up (launcher/task/hook.sh), torchrun_jsc's and the ranks' (hook/sitecustomize.py
-# phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks. A requeued job's folder (or an
-# earlier job's of the same id) starts afresh: the timeline is this attempt's.
+# appended to $PWD/.timeline/JOBID/NODE (one file per node while the job runs; `jsc-compose
+# timeline JOBID` reads them): here the batch script's (batch_start, step_start, launch_end),
+# each task's container_up (launcher/task/hook.sh), torchrun_jsc's and the ranks'
+# (hook/sitecustomize.py phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks. After
+# the launch they are folded into one file (jsc_timeline_fold). A requeued job's marks (or an
+# earlier job's of the same id) start afresh: the timeline is this attempt's.
 jsc_timeline_setup() {
     timeline_dir="$PWD/.timeline/$SLURM_JOB_ID"
     jsc_timeline_node="${SLURMD_NODENAME:-$(hostname)}"
     jsc_timeline_node="${jsc_timeline_node%%.*}"
-    rm -rf -- "$timeline_dir"
+    rm -rf -- "$timeline_dir" "$timeline_dir.marks"
     mkdir -p -- "$timeline_dir"
     export TORCHRUN_JSC_TIMELINE="$timeline_dir"
     jsc_mark batch_start "$jsc_batch_t0"
+}
+
+# After the launch: the nodes' files folded into one, .timeline/JOBID.marks (lines "NODE TIME
+# PHASE [WHO]"), and the folder removed: one file per job on the submit directory's storage
+# ($PROJECT's inode quota), not one per node. Never fails the job; a fold that fails keeps
+# the folder, which `jsc-compose timeline` reads as well.
+jsc_timeline_fold() {
+    local files
+    if [ -z "${timeline_dir:-}" ] || [ ! -d "$timeline_dir" ]; then return 0; fi
+    files=("$timeline_dir"/*)
+    if [ -e "${files[0]}" ] &&
+        awk '{ n = FILENAME; sub(/.*\//, "", n); print n, $0 }' "${files[@]}" \
+            >"$timeline_dir.marks.tmp" 2>/dev/null &&
+        mv -f -- "$timeline_dir.marks.tmp" "$timeline_dir.marks"; then
+        rm -rf -- "$timeline_dir" 2>/dev/null || true
+    else
+        rm -f -- "$timeline_dir.marks.tmp" 2>/dev/null || true
+    fi
 }
 
 jsc_mark() {  # PHASE [TIME]: one line on this node's timeline (never fails the job)
