@@ -1,8 +1,9 @@
 """Ring 1: the docs' examples are the program's real output (issue 43, item 4): README's
 quickstart spec through `check` (its line count) and `preview` (each line shown is a real
 line, in order; one ending in `...` is cut there), docs/guide/specs.md's example error
-lines, docs/guide/spec-values.md's `$` rule for job.*, every `pip install '.[EXTRA]'` in the
-docs naming an extra of pyproject.toml, and a user's own script's header (no `make jobs`)."""
+lines, docs/guide/spec-values.md's `$` rule for job.*, every extra the docs' pip install
+commands name being one of pyproject.toml's, and a user's own script's header (no `make
+jobs`)."""
 
 from __future__ import annotations
 
@@ -111,10 +112,9 @@ def test_every_pip_extra_the_docs_name_exists():
 
 def test_a_users_script_header_names_its_own_files():
     spec = parse_spec("job: {nodes: 1}\nprogram: [p]\n", "train.yaml")
-    head = render_jobscript(spec, kit_dir="/p/kit/launcher").splitlines()[:5]
+    head = render_jobscript(spec, kit_dir="/p/kit/launcher").splitlines()[:4]
     assert head[2] == "# re-render: jsc-compose render train.yaml -o train.job"
-    assert head[3] == "# Submit from the directory its relative paths refer to:"
-    assert head[4] == "#     sbatch train.job"
+    assert head[3] == "# Submit from the directory its relative paths refer to: sbatch train.job"
     own = parse_spec("job: {nodes: 1}\nprogram: [p]\n", "jobs/a.yaml")
     assert "make jobs" in render_jobscript(own, kit_dir="launcher").splitlines()[2]
     assert "make jobs" not in render_jobscript(own, kit_dir="/p/kit/launcher")
