@@ -26,6 +26,7 @@ from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
 from launcher.node.image_arch import ARCHES, normalize_arch
 from launcher.slurm import MAX_NODES
+from launcher.yamlload import MAX_SPEC_BYTES
 from launcher.yamlread import Key, Reader, expandable, key_names, load_yaml
 
 # The frame's own keys, declared once (launcher.yamlread.Key: the reference's rows).
@@ -148,7 +149,9 @@ def parse_spec(text: str, file: str) -> JobSpec:
 def load_spec(path: str) -> JobSpec:
     """Read and validate a spec file; every failure is a SpecError naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as handle:  # at most one byte past the bound: never all of
+            data = handle.read(MAX_SPEC_BYTES + 1)  # /dev/zero or a wrong, huge file
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise SpecError(path, "", f"cannot read spec: {reason}") from None

@@ -69,6 +69,18 @@ def test_an_oversized_spec_and_value_name_their_limit():
     assert "env.set.A: is 100000 bytes" in refusal(ONE + f"env: {{set: {{A: {'b' * 100_000}}}}}")
 
 
+def test_a_spec_file_is_read_bounded(tmp_path):
+    """/dev/zero (or a huge wrong file) is read one byte past the bound, not to its end."""
+    start = time.monotonic()
+    with pytest.raises(SpecError, match=f"at most {MAX_SPEC_BYTES} bytes"):
+        load_spec("/dev/zero")
+    assert time.monotonic() - start < 1.0
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"job: {nodes: 1}\nprogram: [\xe9]\n")
+    with pytest.raises(SpecError, match="cannot read spec"):
+        load_spec(str(bad))
+
+
 def test_many_values_are_refused_while_composing():
     assert f"more than {MAX_VALUES} values" in refusal(
         "job: {nodes: 1}\nprogram: [" + ", ".join(["p"] * 30_000) + "]\n")
