@@ -25,8 +25,9 @@ LAUGHS = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else ', '.jo
                  for i in range(6))
 
 
-def refusal(text: str, bound_s: float = 1.0) -> str:
-    """parse_spec's SpecError line, checked to be one line and to come within bound_s."""
+def refusal(text: str, bound_s: float = 3.0) -> str:
+    """parse_spec's SpecError line, checked to be one line and to come within bound_s (a
+    moment, with room for a loaded machine: unbounded, the alias bomb took 87 s)."""
     start = time.monotonic()
     with pytest.raises(SpecError) as info:
         parse_spec(text, "x.yaml")
@@ -74,7 +75,7 @@ def test_a_spec_file_is_read_bounded(tmp_path):
     start = time.monotonic()
     with pytest.raises(SpecError, match=f"at most {MAX_SPEC_BYTES} bytes"):
         load_spec("/dev/zero")
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 3.0
     bad = tmp_path / "latin1.yaml"
     bad.write_bytes(b"job: {nodes: 1}\nprogram: [\xe9]\n")
     with pytest.raises(SpecError, match="cannot read spec"):
@@ -83,7 +84,7 @@ def test_a_spec_file_is_read_bounded(tmp_path):
 
 def test_many_values_are_refused_while_composing():
     assert f"more than {MAX_VALUES} values" in refusal(
-        "job: {nodes: 1}\nprogram: [" + ", ".join(["p"] * 30_000) + "]\n")
+        "job: {nodes: 1}\nprogram: [" + ", ".join(["p"] * 12_000) + "]\n")
 
 
 @pytest.mark.parametrize("where", ['program: [p, "a\\0b"]', 'env: {set: {A: "x\\0"}}'])
@@ -135,7 +136,7 @@ def test_a_node_list_past_the_cap_is_refused_before_it_is_expanded(text):
     start = time.monotonic()
     with pytest.raises(ValueError, match=f"names more than {MAX_NODES} nodes"):
         expand_nodelist(text)
-    assert time.monotonic() - start < 0.1
+    assert time.monotonic() - start < 0.5  # expanded, it took 138 s
     assert nodelist_size("jwb[0001-0004],login[1,3]") == 6
 
 
