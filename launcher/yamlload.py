@@ -8,10 +8,10 @@ Bounds (a spec is a few dozen keys; every limit is far above what a real one use
 - :data:`MAX_SPEC_BYTES` of text: PyYAML is pure Python, about a second per MB.
 - :data:`MAX_DEPTH` levels of nesting: PyYAML composes recursively, so 1,000 nested lists
   would end in RecursionError.
-- :data:`MAX_NODES` values, counting every alias as the values it stands for: an alias
-  costs nothing to compose, but nine aliases of nine aliases ... ("billion laughs") expand
-  to millions of values in every later walk (validation, messages). A recursive alias
-  (``&a [*a]``) is refused.
+- :data:`MAX_NODES` values and :data:`MAX_EXPANDED_BYTES` characters of them, counting every
+  alias as the values it stands for: an alias costs nothing to compose, but nine aliases of
+  nine aliases ... ("billion laughs") expand to millions of values in every later walk
+  (validation, messages, the script's arguments). A recursive alias (``&a [*a]``) is refused.
 
 Numbers follow YAML 1.2's core schema where YAML 1.1 (PyYAML's) reads them otherwise:
 ``24:00:00`` is text, not the base-60 integer 86400, and a date stays text. Integers are
@@ -34,6 +34,7 @@ from launcher.model import SpecError
 MAX_SPEC_BYTES = 256 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 10_000
+MAX_EXPANDED_BYTES = 1 << 20  # the text of all values, aliases expanded
 
 
 class SourceInt(int):
@@ -117,7 +118,8 @@ class SpecLoader(yaml.SafeLoader):
         size = expanded_size(node, MAX_NODES)
         if size > MAX_NODES:
             raise BoundError(
-                None, None, f"its aliases expand to more than {MAX_NODES} values (the limit)",
+                None, None, f"its aliases expand to more than {MAX_NODES} values or "
+                f"{MAX_EXPANDED_BYTES} characters (the limits)",
                 node.start_mark)
         return node
 
@@ -141,11 +143,13 @@ def _children(node: yaml.Node) -> List[yaml.Node]:
     return []
 
 
-def expanded_size(root: yaml.Node, limit: int) -> int:
+def expanded_size(root: yaml.Node, limit: int, text_limit: int = MAX_EXPANDED_BYTES) -> int:
     """How many values ``root`` stands for with every alias expanded, counted without
-    expanding (each node once); stops above ``limit``. A node that contains itself (a
-    recursive alias) is a ComposerError."""
-    size: Dict[int, int] = {}
+    expanding (each node once); stops above ``limit``. Text counts too: a value of
+    ``text_limit`` characters or more with its aliases expanded counts as ``limit + 1`` (ten
+    thousand aliases of a 60 KB value would be 600 MB of arguments). A node that contains
+    itself (a recursive alias) is a ComposerError."""
+    size: Dict[int, Tuple[int, int]] = {}  # id -> (values, characters)
     open_: Set[int] = set()
     stack: List[Tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
@@ -153,9 +157,11 @@ def expanded_size(root: yaml.Node, limit: int) -> int:
         key = id(node)
         if done:
             open_.discard(key)
-            size[key] = 1 + sum(size[id(c)] for c in _children(node))
-            if size[key] > limit:
-                return size[key]
+            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            parts = [size[id(c)] for c in _children(node)]
+            size[key] = (1 + sum(p[0] for p in parts), own + sum(p[1] for p in parts))
+            if size[key][0] > limit or size[key][1] >= text_limit:
+                return limit + 1 if size[key][0] <= limit else size[key][0]
             continue
         if key in size:
             continue
@@ -165,7 +171,7 @@ def expanded_size(root: yaml.Node, limit: int) -> int:
         open_.add(key)
         stack.append((node, True))
         stack.extend((c, False) for c in _children(node) if id(c) not in size)
-    return size[id(root)]
+    return size[id(root)][0]
 
 
 def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
@@ -212,5 +218,6 @@ def load_yaml(text: str, file: str) -> Any:
                         f"({type(exc).__name__})") from None
 
 
-__all__ = ["AMBIGUOUS_INT", "BoundError", "INT", "MAX_DEPTH", "MAX_NODES", "MAX_SPEC_BYTES",
-           "SourceFloat", "SourceInt", "SpecLoader", "expanded_size", "load_yaml"]
+__all__ = ["AMBIGUOUS_INT", "BoundError", "INT", "MAX_DEPTH", "MAX_EXPANDED_BYTES", "MAX_NODES",
+           "MAX_SPEC_BYTES", "SourceFloat", "SourceInt", "SpecLoader", "expanded_size",
+           "load_yaml"]

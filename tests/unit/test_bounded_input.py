@@ -16,7 +16,8 @@ from launcher.cli import main
 from launcher.model import SpecError
 from launcher.slurm import MAX_NODES, expand_nodelist, nodelist_size
 from launcher.spec import load_spec, parse_spec
-from launcher.yamlload import MAX_DEPTH, MAX_NODES as MAX_VALUES, MAX_SPEC_BYTES
+from launcher.yamlload import MAX_DEPTH, MAX_EXPANDED_BYTES, MAX_NODES as MAX_VALUES, \
+    MAX_SPEC_BYTES
 from launcher.yamlread import MAX_VALUE_BYTES
 
 ONE = "job: {nodes: 1}\nprogram: [p]\n"
@@ -43,7 +44,14 @@ def test_an_alias_bomb_is_refused_before_anything_walks_it(where):
     rest = "job: {nodes: 1}\n" if where.startswith(("program", "env")) else ""
     rest += "" if where.startswith("program") else "program: [p]\n"
     line = refusal(LAUGHS + where + "\n" + rest)
-    assert f"aliases expand to more than {MAX_VALUES} values (the limit)" in line
+    assert f"aliases expand to more than {MAX_VALUES} values or" in line
+
+
+def test_aliases_of_a_long_value_count_its_text():
+    """A hundred aliases of a 60 KB argument: 6 MB of argv from a 61 KB spec."""
+    text = f"job: {{nodes: 1}}\nx: &x {'a' * 60_000}\n"
+    line = refusal(text + "program: [p, " + ", ".join(["*x"] * 100) + "]\n")
+    assert f"or {MAX_EXPANDED_BYTES} characters (the limits)" in line
 
 
 def test_aliases_within_the_bound_still_work():
