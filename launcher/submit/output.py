@@ -1,5 +1,5 @@
-"""Where the composer writes a script (`render -o`, `submit`, `venv`): a regular file, written
-whole or not at all.
+"""Where the composer writes a file (`render -o`, `submit`, `venv`, `timeline --svg`): a
+regular file, written whole or not at all.
 
 Where it sits: the submit stage's file edge (launcher.submit.write_script calls it). The
 rules, checked before anything else runs (a venv's downloads, sbatch):
@@ -28,12 +28,13 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISSOCK, "a socket"))
 
 
-def output_target(path: str) -> str:
+def output_target(path: str, flag: str = "-o") -> str:
     """The regular file to replace for ``path`` (through a symlink), or a new file's path;
-    SpecError (one line) for anything that is not, or could not be, a regular file."""
+    SpecError (one line, naming the option ``flag``) for anything that is not, or could not
+    be, a regular file."""
     def refuse(what: str) -> SpecError:
-        return SpecError("-o", "", f"{path!r} {what}: -o writes a regular file (render -o - "
-                         "writes to stdout)")
+        hint = " (render -o - writes to stdout)" if flag == "-o" else ""
+        return SpecError(flag, "", f"{path!r} {what}: {flag} writes a regular file{hint}")
     if path == "" or path.endswith("/"):
         raise refuse("names a directory")
     real = os.path.realpath(path) if os.path.islink(path) else path
@@ -55,9 +56,9 @@ def output_target(path: str) -> str:
     return real
 
 
-def write_file(text: str, path: str) -> None:
+def write_file(text: str, path: str, flag: str = "-o") -> None:
     """Write ``text`` to the regular file ``path`` names (:func:`output_target`) atomically."""
-    target = Path(output_target(path))
+    target = Path(output_target(path, flag))
     try:
         keep = stat.S_IMODE(os.stat(target).st_mode)
     except OSError:

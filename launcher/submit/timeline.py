@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from launcher.model import SpecError
 from launcher.model import SubmitError
+from launcher.submit.output import write_file
 
 FOLDER = ".timeline"  # under the submit directory (launcher/node/job.sh jsc_timeline_setup)
 MARKS = ".marks"  # FOLDER/JOBID + this: the nodes' marks folded into one file after the launch
@@ -384,9 +385,9 @@ def run(job: Optional[str], submit_dir: Optional[str], svg_path: Optional[str]) 
     tl = read(job, submit_dir)
     path = svg_path or str(Path(submit_dir) / FOLDER / f"{job}.svg")
     try:
-        Path(path).write_text(svg(tl), encoding="utf-8")
-    except OSError as exc:
-        raise SpecError("timeline", "--svg", f"a file that can be written ({exc.strerror})",
+        write_file(svg(tl), path, "--svg")
+    except SubmitError as exc:
+        raise SpecError("timeline", "--svg", f"a file that can be written ({exc})",
                         path) from None
     return report(tl, path)
 

@@ -2,7 +2,7 @@
 file replaced atomically with its mode kept, a new file 0644, a symlink written through with
 the link kept, `render -o -` to stdout; a directory, FIFO, device, dangling symlink or missing
 directory refused in one line (exit 2) before anything is written or run, for render,
-submit and venv."""
+submit and venv, and timeline --svg."""
 
 from __future__ import annotations
 
@@ -101,3 +101,16 @@ def test_render_writes_through_a_symlink(spec, capsys):
     (spec.parent / "x.job").symlink_to(real)
     assert main(["render", str(spec), "-o", "x.job"]) == 0
     assert real.read_text().startswith("#!/bin/bash\n") and (spec.parent / "x.job").is_symlink()
+
+
+def test_timeline_svg_is_held_to_the_same_rule(spec, capsys):
+    """`timeline --svg FILE` writes the picture the same way (a FIFO refused, not blocked)."""
+    folder = spec.parent / ".timeline" / "55"
+    folder.mkdir(parents=True)
+    (folder / "jwb0001").write_text("1.0 batch_start\n2.0 step_start\n")
+    os.mkfifo(spec.parent / "pic.svg")
+    assert main(["timeline", "55", "--svg", "pic.svg"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'pic.svg' is a FIFO, not a regular file: --svg writes" in err
+    assert main(["timeline", "55", "--svg", "ok.svg"]) == 0
+    assert (spec.parent / "ok.svg").read_text().startswith("<svg ")
