@@ -245,6 +245,9 @@ class JobSpec:
 #   docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html) and UCX_RC_TIMEOUT=4s (UCX).
 #   Exported only where the job's environment (a site module) has no value; site.env or
 #   env.set override them.
+# - GH200 (JUPITER, JEDI): NCCL_PROTO=^LL128 in each task on aarch64 nodes, as under cray-ex
+#   (below), set by launcher/task/hook.sh for every profile: the corruption is in GH200's
+#   NIC-to-GPU path over PCIe->NVLink-C2C, whatever the fabric (NVIDIA/nccl#2053).
 JSC_ENV_DEFAULTS = (("NCCL_IB_RETRY_CNT", "10"), ("NCCL_IB_TIMEOUT", "50"),
                     ("UCX_RC_TIMEOUT", "4s"))
 JUPITER_INTERCONNECT = "-interconnect-1.jupiter.internal"

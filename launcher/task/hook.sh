@@ -19,6 +19,16 @@ export PYTHONPATH
 if [ "${TORCHRUN_JSC_OFI_NCCL:-}" = 1 ]; then
     # shellcheck source=nccl-net.sh
     . "${0%/*}/nccl-net.sh"
+elif [ -z "${NCCL_PROTO:-}" ] && [ "$(uname -m 2>/dev/null)" = aarch64 ]; then
+    # Every other profile (jsc: JUPITER, JEDI) the same as nccl-net.sh's rule: on Grace
+    # (GH200, GB200) the NIC writes into GPU memory over PCIe->NVLink-C2C, where LL128's
+    # 128-byte ordering does not hold, whatever the fabric (NVIDIA/nccl#2053; on Slingshot
+    # #2001). A NCCL_PROTO the job or image set is kept.
+    NCCL_PROTO=^LL128
+    export NCCL_PROTO
+    if [ "${SLURM_NODEID:-0}" = 0 ] && [ "${SLURM_LOCALID:-0}" = 0 ]; then
+        echo "torchrun-jsc: aarch64 (Grace): NCCL_PROTO=^LL128 (NVIDIA/nccl#2053)" >&2
+    fi
 fi
 # env.set's PATH, LD_PRELOAD, LD_LIBRARY_PATH are for the program only
 # (launcher/features/env.py TASK_ONLY): set here, after the task's command is found with the
