@@ -13,8 +13,6 @@ import os
 import posixpath
 import re
 import subprocess
-import tempfile
-from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
 from launcher.model import JobSpec, SpecError, SubmitError
