@@ -1,5 +1,5 @@
-"""Ring 1: the jobscript stays under 100 lines to read (README: "the jobscript itself stays
-under 100 lines") for every combination of launch mode, runtime, site profile, job.requeue,
+"""Ring 1: the jobscript stays at most 100 lines to read (README: "the jobscript itself stays
+at most 100 lines") for every combination of launch mode, runtime, site profile, job.requeue,
 launch.hang_timeout (its action end or replace), launch.preflight, job.spare_nodes and
 runtime.stage (every key that adds lines; issue 43 item 8) the spec loader accepts: a 4-node
 GPU spec with one env.set, rendered and counted.
