@@ -28,8 +28,10 @@ from launcher.plan import build_plan, plan_json, spec_warnings
 from launcher.render.preview import render_preview
 from launcher.model import JobSpec, Preflight, SpecError, SubmitError
 from launcher.runtimes import RUNTIMES
+from launcher.slurm import nodelist_size
 from launcher.spec import load_spec
 from launcher.submit import check_log_dirs, sbatch, submit_warnings, write_script
+from launcher.submit.output import output_target
 from launcher.submit.stacks import run_stacks_step, timed_out_line
 from launcher.render.venvjob import default_requirements, default_script, fill_wheelhouse, \
     render_venv_job
@@ -44,7 +46,7 @@ examples:
   {prog} render jobs/ddp_container.yaml -o x.job   # write it
   {prog} render --json jobs/ddp_container.yaml     # the job plan (the dry run) as JSON
   {prog} check jobs/ddp_container.yaml             # validate only
-  {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0004]'
+  {prog} preview jobs/ddp_container.yaml --nodelist 'jwb[0001-0002]'
   {prog} submit jobs/ddp_container.yaml -- -A myproject   # write .job, sbatch --parsable
   {prog} venv jobs/ddp_venv.yaml --requirements req.txt   # build site.venv in a job
   {prog} doctor jobs/ddp_container.yaml [--json]  # check every node (salloc, or a short job)
@@ -72,7 +74,8 @@ def _parser(prog: str = PROG) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser("render", parents=[debug], help="print or write the jobscript")
     render.add_argument("spec")
-    render.add_argument("-o", "--output", help="write here instead of stdout")
+    render.add_argument("-o", "--output", help="write here (a regular file, atomically; "
+                        "through a symlink) instead of stdout; '-': stdout")
     render.add_argument("--json", action="store_true", help="the job plan instead of the "
                         "script: #SBATCH options with who asked for each, the paragraphs, "
                         "the set-up step, the steps before the launch and the launch, as JSON")
@@ -243,13 +246,13 @@ def _build_venv(spec: JobSpec, args: argparse.Namespace) -> None:
     if args.dry_run:
         sys.stdout.write(text)
         return
+    script = output_target(args.output or default_script(spec))  # before any download
     requirements = args.requirements or default_requirements(spec)
     if not os.path.isfile(requirements):
         raise SpecError(spec.source, "--requirements", "file not found (relative to the "
                         "submit directory, where the build job starts)", requirements)
     if house:
         fill_wheelhouse(house, requirements, spec)
-    script = args.output or default_script(spec)
     write_script(text, script)
     print(sbatch(script, args.sbatch_args))
 
@@ -319,6 +322,8 @@ def _doctor(spec: JobSpec, args: argparse.Namespace, kit_dir: str) -> int:
     launch = dataclasses.replace(spec.launch, preflight=Preflight(fake_gpus=fake))
     script = render_jobscript(dataclasses.replace(spec, launch=launch), doctor=True,
                               kit_dir=kit_dir)
+    if args.nodelist:
+        _check_doctor_nodelist(spec, args.nodelist)
     if os.environ.get("SLURM_JOB_ID"):
         if args.sbatch_args or args.nodelist:
             raise SpecError(args.spec, "--", "inside an allocation (SLURM_JOB_ID is set) the "
@@ -331,6 +336,20 @@ def _doctor(spec: JobSpec, args: argparse.Namespace, kit_dir: str) -> int:
         print(line, file=sys.stderr)
     sys.stdout.write(render_json(reports) if args.json else render_table(reports))
     return 1 if failures(reports) else 0
+
+
+def _check_doctor_nodelist(spec: JobSpec, text: str) -> None:
+    """The doctor's --nodelist parsed here, not by sbatch, and no larger than the spec's job
+    (a shorter one is filled up by Slurm: sbatch -w)."""
+    want = spec.job.nodes + spec.job.spare_nodes
+    try:
+        size = nodelist_size(text)
+    except ValueError as exc:
+        raise SpecError(spec.source, "--nodelist", str(exc)) from None
+    if size > want:
+        raise SpecError(spec.source, "--nodelist", f"names {size} nodes, more than the spec's "
+                        f"job has ({want}): name at most {want} (Slurm adds others to fewer)",
+                        text)
 
 
 def _stacks(args: argparse.Namespace) -> int:
@@ -392,9 +411,11 @@ def _run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     for warning in spec_warnings(spec):  # the spec is valid, but likely not meant so
         print(warning, file=sys.stderr)
-    target = getattr(args, "output", None)
+    target = _script_path(args)
     if target and os.path.realpath(target) == os.path.realpath(args.spec):
         raise SpecError(args.spec, "-o", "would overwrite the spec itself", target)
+    if target and target != "-":
+        output_target(target)  # a regular file or a new one: refused before anything runs
     kit_dir = _kit_dir(args)
     if args.command == "check":
         # Every check ran in load_spec (the modes' and runtimes' too); rendering only counts
@@ -409,7 +430,7 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "render":
         plan = build_plan(spec, "submit", kit_dir)
         text = json.dumps(plan_json(plan), indent=2) + "\n" if args.json else render(plan)
-        if args.output:
+        if args.output and args.output != "-":
             check_log_dirs(spec)  # a script to submit: its log directory must exist
             write_script(text, args.output)
         else:
@@ -419,6 +440,9 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "doctor":
         return _doctor(spec, args, kit_dir)
     elif args.command == "preview":
+        if not 1 <= args.job_id < 1 << 32:
+            raise SpecError(args.spec, "--job-id", "a Slurm job id: an integer from 1 to "
+                            f"{(1 << 32) - 1}", args.job_id)
         try:
             # Besides the cwd, the one default preview takes from this machine: on a JSC
             # login node, $SYSTEMNAME is the system the job will run on.
@@ -431,11 +455,23 @@ def _run(args: argparse.Namespace) -> int:
         text = render_jobscript(spec, kit_dir=kit_dir)
         if not _sets_logs(args.sbatch_args):
             check_log_dirs(spec)
-        script = args.output or str(PurePosixPath(args.spec).with_suffix(".job"))
+        script = target
         _warn(submit_warnings(spec, os.environ, os.getcwd(), submitting=True))
         write_script(text, script)
         print(sbatch(script, args.sbatch_args))
     return 0
+
+
+def _script_path(args: argparse.Namespace) -> Optional[str]:
+    """Where the command writes a file: render's -o (``-``: stdout), submit's -o or the spec
+    beside it with .job; venv's is checked where it is known (launcher.render.venvjob)."""
+    output = getattr(args, "output", None)
+    if args.command == "submit":
+        output = output or str(PurePosixPath(args.spec).with_suffix(".job"))
+    if output == "-" and args.command in ("submit", "venv"):
+        raise SpecError(args.spec, "-o", f"{args.command} hands a file to sbatch: name one "
+                        "(render -o - writes to stdout)", output)
+    return output
 
 
 def _warn(lines: Sequence[str]) -> None:
@@ -466,7 +502,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = PROG) -> int:
     except (SpecError, SubmitError, ValueError) as exc:
         if args.debug or (isinstance(exc, ValueError) and not _is_dockerfile_error(exc)):
             raise
-        print(str(exc), file=sys.stderr)
+        print(" ".join(str(exc).splitlines()), file=sys.stderr)  # one line, always
         return 1 if isinstance(exc, SubmitError) else 2
     except OSError as exc:  # stdout closed, unreadable cwd, ...
         if args.debug:

@@ -8,6 +8,7 @@ Where it sits: on the ground floor: spec (YAML -> these types) -> features, mode
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Tuple, Union
 
@@ -20,11 +21,27 @@ class SpecError(Exception):
 
     def __init__(self, file: str, path: str, message: str, value: Any = MISSING) -> None:
         self.file, self.path, self.message, self.value = file, path, message, value
-        text = f"{file}: {path}: {message}" if path else f"{file}: {message}"
+        where = file if file.isprintable() else repr(file)[1:-1]  # a newline in a file name
+        text = f"{where}: {path}: {message}" if path else f"{where}: {message}"
         if value is not MISSING:
-            shown = repr(value)
+            shown = shown_value(value)
             text += f", got {shown if len(shown) <= 80 else shown[:77] + '...'}"
         super().__init__(text)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 200
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 30
+_SHORT.maxlevel = 4
+
+
+def shown_value(value: Any) -> str:
+    """A value as a message shows it: a number as the user wrote it (``1_000``, not 1000),
+    else its repr, built bounded (reprlib), so a huge value never costs a huge string."""
+    source = getattr(value, "source", None)
+    if isinstance(source, str):
+        return source[:200]
+    return _SHORT.repr(value)
 
 
 class SubmitError(Exception):
@@ -228,6 +245,9 @@ class JobSpec:
 #   docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html) and UCX_RC_TIMEOUT=4s (UCX).
 #   Exported only where the job's environment (a site module) has no value; site.env or
 #   env.set override them.
+# - GH200 (JUPITER, JEDI): NCCL_PROTO=^LL128 in each task on aarch64 nodes, as under cray-ex
+#   (below), set by launcher/task/hook.sh for every profile: the corruption is in GH200's
+#   NIC-to-GPU path over PCIe->NVLink-C2C, whatever the fabric (NVIDIA/nccl#2053).
 JSC_ENV_DEFAULTS = (("NCCL_IB_RETRY_CNT", "10"), ("NCCL_IB_TIMEOUT", "50"),
                     ("UCX_RC_TIMEOUT", "4s"))
 JUPITER_INTERCONNECT = "-interconnect-1.jupiter.internal"

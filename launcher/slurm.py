@@ -25,7 +25,7 @@ shared node. ``launch.rdzv_port`` fixes the port where even that must not happen
 """
 
 import re
-from typing import List
+from typing import List, Tuple
 
 PORT_BASE = 29500  # below Linux's ephemeral ports (32768-60999): the node's own connections
 PORT_SPAN = 1000  # never take one; jobs whose ids differ by a multiple of this share a port
@@ -65,35 +65,74 @@ def time_seconds(text: str) -> int:
     return days * 86400 + (a or 0) * 3600 + (b or 0) * 60 + (c or 0)
 
 
-def expand_nodelist(text: str) -> List[str]:
-    """Expand a Slurm hostlist like ``jwb[0001-0003,0007],login1`` (zero padding kept)."""
+# The most nodes a job may have (job.nodes + job.spare_nodes) and a node list may name: ten
+# times the largest Slurm systems' node counts (about 10,000), so that only a typo reaches it,
+# and a node list past it is refused before it is expanded (jwb[0001-9999999]).
+MAX_NODES = 100_000
+_BAD = "not a Slurm node list: {text} (expected e.g. 'jwb[0001-0004]')"
+
+
+def expand_nodelist(text: str, limit: int = MAX_NODES) -> List[str]:
+    """Expand a Slurm hostlist like ``jwb[0001-0003,0007],login1`` (zero padding kept).
+    ValueError for a malformed one, or one naming more than ``limit`` nodes (counted before
+    anything is expanded: :func:`nodelist_size`)."""
+    nodelist_size(text, limit)
     hosts: List[str] = []
-    items = re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text)
-    if ",".join(items) != text:
-        raise ValueError(f"not a Slurm node list: {text!r} (expected e.g. 'jwb[0001-0004]')")
-    for item in items:
+    for item in _parse(text):
         names = [""]
-        for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
-            choices = [literal]
-            if ranges:
-                choices = [literal + n for n in _expand_ranges(ranges, text)]
+        for literal, ranges in item:
+            choices = [literal + str(i).zfill(width) for lo, hi, width in ranges
+                       for i in range(lo, hi + 1)] if ranges else [literal]
             names = [a + b for a in names for b in choices]
         hosts += [n for n in names if n]
     if not hosts or any(c in "".join(hosts) for c in "[] "):
-        raise ValueError(f"not a Slurm node list: {text!r} (expected e.g. 'jwb[0001-0004]')")
+        raise ValueError(_BAD.format(text=_shown(text)))
     return hosts
 
 
-def _expand_ranges(ranges: str, text: str) -> List[str]:
-    out: List[str] = []
+def nodelist_size(text: str, limit: int = MAX_NODES) -> int:
+    """How many nodes a Slurm hostlist names, without expanding it; ValueError for a
+    malformed one or one over ``limit``."""
+    count = 0
+    for item in _parse(text):
+        size = 1
+        for _, ranges in item:
+            size = min(size * (sum(hi - lo + 1 for lo, hi, _ in ranges) if ranges else 1),
+                       limit + 1)
+        count += size
+        if count > limit:
+            raise ValueError(f"{_shown(text)} names more than {limit} nodes (the limit)")
+    return count
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+
+
+Item = List[Tuple[str, List[Tuple[int, int, int]]]]
+
+
+def _parse(text: str) -> List[Item]:
+    """Each comma-separated item as (literal, its [ranges]) pairs."""
+    items = re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text) if len(text) <= 65536 else []
+    if not items or ",".join(items) != text:
+        raise ValueError(_BAD.format(text=_shown(text)))
+    return [[(literal, _ranges(ranges, _shown(text)) if ranges else [])
+             for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item)]
+            for item in items]
+
+
+def _ranges(ranges: str, shown: str) -> List[Tuple[int, int, int]]:
+    """``0001-0003,0007`` as (first, last, zero-padded width) triples."""
+    out = []
     for part in ranges.split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        match = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part)
         if not match or (match[2] and int(match[2]) < int(match[1])):
-            raise ValueError(f"not a Slurm node list: {text!r} (bad range {part!r})")
-        lo, hi = match[1], match[2] or match[1]
-        out += [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
+            bad = repr(part) if len(part) <= 30 else repr(part[:27]) + "..."
+            raise ValueError(f"not a Slurm node list: {shown} (bad range {bad})")
+        out.append((int(match[1]), int(match[2] or match[1]), len(match[1])))
     return out
 
 
-__all__ = ["PORT_BASE", "PORT_SPAN", "PORT_TRIES", "RDZV_PORT_SH", "TIME", "expand_nodelist",
-           "rdzv_port", "rdzv_port_lines", "time_seconds"]
+__all__ = ["MAX_NODES", "PORT_BASE", "PORT_SPAN", "PORT_TRIES", "RDZV_PORT_SH", "TIME",
+           "expand_nodelist", "nodelist_size", "rdzv_port", "rdzv_port_lines", "time_seconds"]

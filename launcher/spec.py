@@ -25,6 +25,8 @@ from launcher.model import Job, JobSpec, Launch, Site, SpecError
 from launcher.modes import MODE_NAMES, MODES, mode_for
 from launcher.modes.base import modes_phrase
 from launcher.node.image_arch import ARCHES, normalize_arch
+from launcher.slurm import MAX_NODES
+from launcher.yamlload import MAX_SPEC_BYTES
 from launcher.yamlread import Key, Reader, expandable, key_names, load_yaml
 
 # The frame's own keys, declared once (launcher.yamlread.Key: the reference's rows).
@@ -147,7 +149,9 @@ def parse_spec(text: str, file: str) -> JobSpec:
 def load_spec(path: str) -> JobSpec:
     """Read and validate a spec file; every failure is a SpecError naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as handle:  # at most one byte past the bound: never all of
+            data = handle.read(MAX_SPEC_BYTES + 1)  # /dev/zero or a wrong, huge file
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise SpecError(path, "", f"cannot read spec: {reason}") from None
@@ -166,6 +170,9 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
     cpus = m.get("cpus_per_task")
     node_output = m.get("node_output", Job.node_output)
     name = s("name") or default_name
+    if "name" not in m and any(c in name for c in "\n\r"):
+        raise r.fail("job.name", "is unset, and the default, the spec file's name, holds a "
+                     "newline (#SBATCH lines cannot): set job.name", name)
     # Slurm pastes the name into file names: '/' names a missing directory, and srun
     # fails its IO setup ("could not connect IO") on a backslash.
     if any(c in name for c in "/\\") and any("%x" in str(m.get(k, getattr(Job, k)) or "")
@@ -181,7 +188,7 @@ def _load_job(r: Reader, value: Any, default_name: str) -> Job:
                      f"GH200) or x86_64{hint}", arch)
     job = Job(
         name=name,
-        nodes=r.integer("job.nodes", m["nodes"], 1, 100000),
+        nodes=r.integer("job.nodes", m["nodes"], 1, MAX_NODES),
         time=time, partition=s("partition"), account=s("account"),
         cpus_per_task=None if cpus is None else r.integer("job.cpus_per_task", cpus, 1, 4096),
         gpus_per_node=r.integer("job.gpus_per_node", m.get("gpus_per_node", 0), 0, 64),

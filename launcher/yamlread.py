@@ -2,10 +2,7 @@
 with the YAML path of the offending value, and the two kinds of spec value (expanded on the
 node, or written literally).
 
-Plain scalars are read the YAML 1.2 way where YAML 1.1 surprises: ``24:00:00`` is the text
-24:00:00, not the base-60 integer 86400 (PyYAML's safe loader follows 1.1), and a date stays
-text. Numbers keep the text the user wrote (``0.001``, ``1e-3``, ``010``) so that a string
-field, such as a program argument, gets exactly that text.
+The text itself is parsed in launcher.yamlload (bounded; YAML 1.2's numbers).
 """
 
 from __future__ import annotations
@@ -15,9 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, cast
 
-import yaml
-
 from launcher.model import MISSING, SpecError
+from launcher.yamlload import AMBIGUOUS_INT, load_yaml
 from launcher.shell import anchored, expansion_names
 
 
@@ -49,6 +45,11 @@ def key_names(keys: Sequence[Key], under: str) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+# One value's bytes at most: half Linux's MAX_ARG_STRLEN (131072), so that NAME=value or an
+# argument still fits beside the others.
+MAX_VALUE_BYTES = 65536
+
+
 class Reader:
     """Typed accessors that raise SpecError with the YAML path of the offending value."""
 
@@ -64,10 +65,12 @@ class Reader:
             raise self.fail(path, "must be a mapping", value)
         for key in value:
             if not isinstance(key, str) or key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
+                name = str(key)[:100]
+                close = difflib.get_close_matches(name, allowed, n=1)
                 hint = f" (did you mean '{close[0]}'?)" if close else \
                     f" (accepted: {', '.join(allowed)})"
-                raise self.fail(path, f"unknown key {str(key)!r}{hint}")
+                shown = repr(name) if len(name) <= 60 else repr(name[:57]) + "..."
+                raise self.fail(path, f"unknown key {shown}{hint}")
         for key in required:
             if value.get(key) is None:
                 raise self.fail(join(path, key), "is required")
@@ -84,12 +87,25 @@ class Reader:
             raise self.fail(path, "must not be empty", value)
         if not newline and ("\n" in text or "\r" in text):
             raise self.fail(path, "must not contain a newline", value)
+        if "\0" in text:
+            raise self.fail(path, "must not contain a NUL character (a shell drops it, and "
+                            "no argument or environment value can hold one)", value)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > MAX_VALUE_BYTES:
+            raise self.fail(path, f"is {size} bytes long, over the limit of {MAX_VALUE_BYTES}"
+                            " (Linux refuses an argument or environment value over 131072 "
+                            "bytes, MAX_ARG_STRLEN, and all of them together over ARG_MAX): "
+                            "put long data in a file and pass its path", value)
         return text
 
     def opt_string(self, path: str, value: Any, **kw: bool) -> Optional[str]:
         return None if value is None else self.string(path, value, **kw)
 
     def integer(self, path: str, value: Any, minimum: int, maximum: int = 1 << 31) -> int:
+        if isinstance(value, str) and AMBIGUOUS_INT.match(value):
+            raise self.fail(path, "is read differently by YAML 1.1 (010 is octal 8, 0b11 is 3, "
+                            "1_0 is 10) and YAML 1.2 (10, and text): write a plain decimal "
+                            "integer, without leading zeros, 0b, 0o or '_'", value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, "must be an integer", value)
         if not minimum <= value <= maximum:
@@ -120,77 +136,6 @@ class Reader:
 
 def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
-
-
-class SourceInt(int):
-    """An integer that remembers how it was written (``010``, ``0x1f``, ``1_000``)."""
-
-    source: str
-
-
-class SourceFloat(float):
-    """A float that remembers how it was written (``0.001``, ``1.0``, ``.5``)."""
-
-    source: str
-
-
-def _number(kind: type, base: Any) -> Any:
-    def construct(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
-        out = kind(base(loader, node))
-        out.source = node.value
-        return out
-    return construct
-
-
-# YAML 1.1's int and float without the base-60 forms (1:30 -> 90); no timestamp resolver.
-_INT = re.compile(r"[-+]?0b[0-1_]+\Z|[-+]?0[0-7_]+\Z|[-+]?(?:0|[1-9][0-9_]*)\Z"
-                  r"|[-+]?0x[0-9a-fA-F_]+\Z")
-_FLOAT = re.compile(r"[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?\Z"
-                    r"|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?\Z|[-+]?\.(?:inf|Inf|INF)\Z"
-                    r"|\.(?:nan|NaN|NAN)\Z")
-_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
-                "tag:yaml.org,2002:timestamp")
-
-
-class DuplicateKeyLoader(yaml.SafeLoader):
-    yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag not in _NUMBER_TAGS]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-
-DuplicateKeyLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT, list("-+0123456789"))
-DuplicateKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT,
-                                         list("-+0123456789."))
-DuplicateKeyLoader.add_constructor(
-    "tag:yaml.org,2002:int", _number(SourceInt, yaml.SafeLoader.construct_yaml_int))
-DuplicateKeyLoader.add_constructor(
-    "tag:yaml.org,2002:float", _number(SourceFloat, yaml.SafeLoader.construct_yaml_float))
-
-
-def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)  # type: ignore[no-untyped-call]
-        if isinstance(key, (str, int, float, bool)) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key) if isinstance(key, (str, int, float, bool)) else None
-    return loader.construct_mapping(node)
-
-
-DuplicateKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def load_yaml(text: str, file: str) -> Any:
-    """Parse YAML text; malformed YAML or a duplicate key is a SpecError naming line and column."""
-    try:
-        return yaml.load(text, Loader=DuplicateKeyLoader)  # noqa: S506 (safe loader subclass)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise SpecError(file, "", f"{where}malformed YAML: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(file, "", f"malformed YAML: {exc}") from None
 
 
 # Spec values that may use the job's environment, and those that may not. Paths and program
@@ -234,5 +179,5 @@ def literal(r: Reader, path: str, value: Any) -> None:
                      value)
 
 
-__all__ = ["DuplicateKeyLoader", "Key", "Reader", "anchored", "expandable", "key_names", "literal",
+__all__ = ["MAX_VALUE_BYTES", "Key", "Reader", "anchored", "expandable", "key_names", "literal",
            "load_yaml"]

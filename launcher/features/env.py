@@ -26,7 +26,10 @@ KEYS = (
         'mapping NAME -> string',
         'exported literally, quoted. `$` is never expanded, so a lone `$` is refused (`PATH: '
         '/opt/bin:$PATH` would make every later command "not found"); write `$$` for a literal '
-        '`$`, and use `env.prepend`/`env.append` to extend a variable'),
+        '`$`, and use `env.prepend`/`env.append` to extend a variable. `PATH`, `LD_PRELOAD` and '
+        '`LD_LIBRARY_PATH` are set for the program only, where each task starts, not for the '
+        "script's own srun/scontrol; Slurm's variables (`SLURM_*`, `SRUN_*`) and the shell's "
+        '(`IFS`, `BASH_ENV`, `SHELLOPTS`, ...) are refused'),
     Key(('env.prepend', 'env.append',),
         'mapping NAME -> list of entries (or one string)',
         'extend a PATH-like variable at run time: `env.prepend: {PATH: [/opt/bin]}` renders '
@@ -41,6 +44,22 @@ KEYS = (
         'script (use this for secrets and proxies)'),
 )
 PathEdits = Tuple[Tuple[str, Tuple[str, ...]], ...]
+# Names the batch script's own commands (srun, scontrol, the kit's node code) run with: set
+# by env.set, they would replace what those commands need (PATH=/opt/bin: "srun: command not
+# found"; LD_PRELOAD in every srun). So they go to the program only: exported under a carrier
+# name (TASK_PREFIX + NAME, listed in TASK_ENV) that the task's prelude
+# (launcher/task/hook.sh) sets under the real name where the task starts, after its command
+# was found. env.prepend/append of them stay at batch scope: they only add entries.
+TASK_ONLY = ("LD_LIBRARY_PATH", "LD_PRELOAD", "PATH")
+TASK_ENV, TASK_PREFIX = "TORCHRUN_JSC_TASK_ENV", "TORCHRUN_JSC_TASK_"
+# The shell's own control variables: they change how bash reads or runs every later line of
+# the script (IFS splits words, BASH_ENV and ENV run a file in every bash it starts,
+# SHELLOPTS/BASHOPTS switch options, CDPATH/GLOBIGNORE change cd and globs).
+SHELL_CONTROL = ("BASHOPTS", "BASH_ENV", "CDPATH", "ENV", "GLOBIGNORE", "IFS",
+                 "POSIXLY_CORRECT", "SHELLOPTS")
+# Slurm's: set by Slurm for the job, read by the script and by srun (SLURM_JOB_NUM_NODES, and
+# srun's input variables SLURM_* and SRUN_*).
+SLURM_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_")
 
 
 def load(r: Reader, value: Any) -> Env:
@@ -52,6 +71,9 @@ def load(r: Reader, value: Any) -> Env:
     append = _path_edits(r, "env.append", m.get("append", {}))
     names = r.strings("env.pass", m.get("pass", []))
     exported = set(values) | {n for n, _ in prepend + append}
+    for name in sorted(set(values) & set(TASK_ONLY) & {n for n, _ in prepend + append}):
+        raise r.fail(f"env.set.{name}", "is set for the program, which replaces its value: "
+                     "write the entries of env.prepend/env.append into it, or drop env.set")
     for i, name in enumerate(names):
         if not shell.is_name(name.rstrip("*")) or name.count("*") > 1:
             raise r.fail(f"env.pass[{i}]", "must be a variable name or a prefix ending "
@@ -77,6 +99,14 @@ def _names(r: Reader, path: str, value: Any, form: str) -> Dict[str, Any]:
     for name in value:
         if not isinstance(name, str) or not shell.is_name(name):
             raise r.fail(path, "keys must be environment variable names", name)
+        if name.startswith(SLURM_PREFIXES):
+            raise r.fail(f"{path}.{name}", "is Slurm's: Slurm sets it for the job and the "
+                         "script and srun read it; set the job's shape with job.* keys and "
+                         "read the value in your program")
+        if name in SHELL_CONTROL or name.startswith(TASK_PREFIX):
+            raise r.fail(f"{path}.{name}", "controls how the job's own script runs (the "
+                         f"shell's {', '.join(SHELL_CONTROL)}; the kit's {TASK_PREFIX}*): "
+                         "set it in your program if it needs it")
     return value
 
 
@@ -110,7 +140,15 @@ def _entry(r: Reader, path: str, value: str) -> str:
 
 
 def env_lines(spec: JobSpec, runtime: ContainerRuntime) -> List[Statement]:
-    out: List[Statement] = [Assign(name, value, export=True) for name, value in spec.env.values]
+    task = [(name, value) for name, value in spec.env.values if name in TASK_ONLY]
+    out: List[Statement] = [Assign(name, value, export=True) for name, value in spec.env.values
+                            if name not in TASK_ONLY]
+    if task:
+        names = " ".join(n for n, _ in task)
+        out.append(Raw(f"# {names}: for the program only, set where each task starts "
+                       "(task/hook.sh), not for this script's own commands"))
+        out += [Assign(TASK_PREFIX + name, value, export=True) for name, value in task]
+        out.append(Assign(TASK_ENV, names, export=True))
     prepend, append = dict(spec.env.prepend), dict(spec.env.append)
     out += [PathExport(name, prepend.get(name, ()), append.get(name, ()))
             for name in sorted(set(prepend) | set(append))]
@@ -129,8 +167,13 @@ class EnvFeature(Feature):
     keys = KEYS
 
     def exports(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
-        """What the spec sets, and the names env.pass passes (prefixes: forwards)."""
-        return spec.env.names + tuple(n for n in spec.env.passthrough if "*" not in n)
+        """What the spec sets (a program-only name: its carrier), and the names env.pass
+        passes (prefixes: forwards)."""
+        task = [n for n, _ in spec.env.values if n in TASK_ONLY]
+        edited = {n for n, _ in spec.env.prepend + spec.env.append}
+        names = [n for n in spec.env.names if n not in task or n in edited]
+        names += [TASK_PREFIX + n for n in task] + ([TASK_ENV] if task else [])
+        return tuple(names) + tuple(n for n in spec.env.passthrough if "*" not in n)
 
     def forwards(self, spec: JobSpec, purpose: str) -> Tuple[str, ...]:
         return tuple(n for n in spec.env.passthrough if "*" in n)
@@ -141,4 +184,5 @@ class EnvFeature(Feature):
 
 ENV = EnvFeature()
 
-__all__ = ["ENV", "env_lines", "load", "load_values"]
+__all__ = ["ENV", "SHELL_CONTROL", "SLURM_PREFIXES", "TASK_ENV", "TASK_ONLY", "TASK_PREFIX",
+           "env_lines", "load", "load_values"]

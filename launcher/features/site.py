@@ -330,10 +330,9 @@ def site_lines(spec: JobSpec) -> List[Statement]:
     values = [Assign(name, value, export=True) for name, value in site.env
               if name not in site.env_defaults]
     if site.env_defaults:
-        values += [Raw(f"# Site profile {site.profile}'s defaults, where the job's environment "
-                       "(e.g. a module) has none:"),
-                   _defaults_line([(name, value) for name, value in site.env
-                                   if name in site.env_defaults])]
+        line = _defaults_line([(n, v) for n, v in site.env if n in site.env_defaults])
+        values.append(Raw(f"{line.text}  # site profile {site.profile}'s defaults, where the "
+                          "job's environment (e.g. a module) has none"))
     return out + values
 
 

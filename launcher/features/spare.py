@@ -33,6 +33,7 @@ from launcher.model import Job, JobSpec, Launch
 from launcher.modes import LaunchMode, Step
 from launcher.modes.common import NNODES
 from launcher.shell import Raw, Statement, Token, Var, Word, word
+from launcher.slurm import MAX_NODES
 from launcher.yamlread import Key, Reader
 
 KEYS = (
@@ -92,7 +93,10 @@ class SpareFeature(Feature):
     keys = KEYS
 
     def load_job(self, r: Reader, m: Mapping[str, Any], job: Job) -> Job:
-        spare = r.integer("job.spare_nodes", m.get("spare_nodes", 0), 0, 100000)
+        spare = r.integer("job.spare_nodes", m.get("spare_nodes", 0), 0, MAX_NODES)
+        if job.nodes + spare > MAX_NODES:
+            raise r.fail("job.spare_nodes", f"job.nodes ({job.nodes}) + job.spare_nodes is "
+                         f"{job.nodes + spare} nodes, over the limit of {MAX_NODES}", spare)
         return replace(job, spare_nodes=spare)
 
     def load_launch(self, r: Reader, m: Mapping[str, Any], job: Job, launch: Launch,

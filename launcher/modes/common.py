@@ -228,11 +228,13 @@ def scripted_task(spec: JobSpec, rt: ContainerRuntime, names: Tuple[str, ...], k
     return [*kit.task_script(kind), *rt.wrap(argv, names)]
 
 
-def check_mpirun(spec: JobSpec) -> None:
-    """Refuse a runtime that mpirun cannot start tasks in (the runtime says why)."""
+def check_mpirun(spec: JobSpec, instead: str) -> None:
+    """Refuse a runtime that mpirun cannot start tasks in (the runtime says why, the mode
+    what to use ``instead``: a key it takes, never one it refuses)."""
     problem = RUNTIMES[spec.runtime.kind].mpirun_problem
     if problem:
-        raise SpecError(spec.source, "runtime.kind", problem, spec.runtime.kind)
+        raise SpecError(spec.source, "runtime.kind", f"{problem}; use {instead} or another "
+                        "runtime", spec.runtime.kind)
 
 COMMAND = Key(('launch.command',),
     '`torchrun_jsc` (`[accelerate, launch]`, `deepspeed`, `jsc-ray-node`)',

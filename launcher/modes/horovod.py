@@ -50,7 +50,7 @@ class Horovod(LaunchMode):
 
     def check(self, spec: JobSpec) -> None:
         if self.via_mpirun(spec):
-            check_mpirun(spec)
+            check_mpirun(spec, "launch.mpi: srun")
 
     def via_mpirun(self, spec: JobSpec) -> bool:
         options: HorovodOptions = spec.launch.options

@@ -22,7 +22,7 @@ class MpirunTorchrun(LaunchMode):
         return torchrun_options(r, m)
 
     def check(self, spec: JobSpec) -> None:
-        check_mpirun(spec)
+        check_mpirun(spec, "launch.mode: torchrun (srun starts one torchrun_jsc per node)")
 
     def via_mpirun(self, spec: JobSpec) -> bool:
         return True

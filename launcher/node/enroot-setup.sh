@@ -18,7 +18,7 @@
 set -euo pipefail
 image=$1 name=$2 keep=$3 run=$4 running=$5 staged=${6:-}
 if [ -n "$staged" ] && [ -f "$staged" ]; then
-    trap 'rm -f -- "$staged"' EXIT
+    trap 'rm -f -- "$staged"; rmdir -- "${staged%/*}" 2>/dev/null || :' EXIT  # the job's dir
     image=$staged
 fi
 # shellcheck source=enroot-lib.sh

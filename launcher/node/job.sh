@@ -179,7 +179,12 @@ jsc_stage() {  # IMAGE DIR [NODES]
             "squashfs) can be staged; runtime.stage: false runs it where it is" >&2
         return 1
     fi
-    stage_image="$2/torchrun-jsc-stage-$(id -u)-$SLURM_JOB_ID-${1##*/}"
+    # A directory of this job's own on every node, under a name nobody can know before the job
+    # starts (a name squeue predicts could be taken first by another user of a shared /tmp),
+    # made by stage.sh (mkdir -m 700: never one that exists); the copy goes in it.
+    stage_dir="$2/torchrun-jsc-stage-$(id -u)-$SLURM_JOB_ID-$(od -An -N6 -tx1 /dev/urandom |
+        tr -d ' \n')"
+    stage_image="$stage_dir/${1##*/}"
     size=$(stat -L -c %s -- "$1")
     jsc_epoch
     t0=$jsc_t
@@ -190,6 +195,9 @@ jsc_stage() {  # IMAGE DIR [NODES]
     else
         trap jsc_unstage EXIT
     fi
+    srun --kill-on-bad-exit=1 "${where[@]}" "--nodes=$count" "--ntasks=$count" \
+        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" make "$stage_dir" ||
+        return 1
     if ! sbcast "${where[@]}" --force --preserve "$1" "$stage_image"; then
         echo "runtime.stage: sbcast could not copy $1 to $2 on every node (above): set" \
             "runtime.stage.to to a node-local directory every node has, or runtime.stage:" \
@@ -198,7 +206,7 @@ jsc_stage() {  # IMAGE DIR [NODES]
     fi
     jobs=$(jsc_user_jobs)
     srun --kill-on-bad-exit=1 "${where[@]}" "--nodes=$count" "--ntasks=$count" \
-        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" "$stage_image" \
+        --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" check "$stage_image" \
         "$size" "$jobs" || return 1
     jsc_epoch
     echo "job ${SLURM_JOB_ID}: image $1 staged to $2 on $count node$([ "$count" -eq 1 ] ||
@@ -227,7 +235,7 @@ jsc_stage_create() {  # KIND DIR
 jsc_unstage() {  # the EXIT trap: remove the copy on every node (once)
     trap - EXIT
     if srun --overlap --kill-on-bad-exit=0 "--nodes=$nnodes" "--ntasks=$nnodes" \
-        --ntasks-per-node=1 --cpus-per-task=1 rm -f -- "$stage_image"; then
+        --ntasks-per-node=1 --cpus-per-task=1 rm -rf -- "$stage_dir"; then
         echo "job ${SLURM_JOB_ID}: staged image $stage_image removed on $nnodes nodes"
     else
         echo "runtime.stage: $stage_image was not removed on every node (above): the next" \
@@ -263,7 +271,9 @@ jsc_cache_env() {
 # counts as unknown too, rather than failing the job's set-up.
 jsc_user_jobs() {
     local jobs
-    jobs="$(squeue -h -u "$(id -un)" -o %i 2>/dev/null)" || jobs=unknown
+    # %A: each job's own id, an array task's too (%i prints an array task as BASE_INDEX,
+    # which no staged copy or per-job container is named by).
+    jobs="$(squeue -h -u "$(id -un)" -o %A 2>/dev/null)" || jobs=unknown
     if [ "${#jobs}" -gt 100000 ]; then jobs=unknown; fi
     printf '%s\n' "$jobs"
 }
@@ -377,6 +387,7 @@ jsc_wait_launch() {
 jsc_after_launch() {
     local fr_dumps=("$hangs_dir"/fr/*)
     jsc_mark launch_end
+    jsc_timeline_fold
     if [ "$launch_rc" -ne 0 ] && [ -e "${fr_dumps[0]}" ]; then
         echo "job ${SLURM_JOB_ID}: flight recorder: ${#fr_dumps[@]} rank dumps in" \
             "$hangs_dir/fr; which rank missed which collective: python3 -m" \
@@ -395,19 +406,38 @@ jsc_after_launch() {
 
 # --- Timeline (docs/guide/timeline.md) ---------------------------------------------------------
 # When each node passed each phase of the start-up: one line "TIME PHASE [WHO]" per mark,
-# appended to $PWD/.timeline/JOBID/NODE (one file per node, kept; `jsc-compose timeline JOBID`
-# reads them): here the batch script's (batch_start, step_start, launch_end), each task's
-# container_up (launcher/task/hook.sh), torchrun_jsc's and the ranks' (hook/sitecustomize.py
-# phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks. A requeued job's folder (or an
-# earlier job's of the same id) starts afresh: the timeline is this attempt's.
+# appended to $PWD/.timeline/JOBID/NODE (one file per node while the job runs; `jsc-compose
+# timeline JOBID` reads them): here the batch script's (batch_start, step_start, launch_end),
+# each task's container_up (launcher/task/hook.sh), torchrun_jsc's and the ranks'
+# (hook/sitecustomize.py phase()). timeline_dir; TORCHRUN_JSC_TIMELINE for the tasks. After
+# the launch they are folded into one file (jsc_timeline_fold). A requeued job's marks (or an
+# earlier job's of the same id) start afresh: the timeline is this attempt's.
 jsc_timeline_setup() {
     timeline_dir="$PWD/.timeline/$SLURM_JOB_ID"
     jsc_timeline_node="${SLURMD_NODENAME:-$(hostname)}"
     jsc_timeline_node="${jsc_timeline_node%%.*}"
-    rm -rf -- "$timeline_dir"
+    rm -rf -- "$timeline_dir" "$timeline_dir.marks"
     mkdir -p -- "$timeline_dir"
     export TORCHRUN_JSC_TIMELINE="$timeline_dir"
     jsc_mark batch_start "$jsc_batch_t0"
+}
+
+# After the launch: the nodes' files folded into one, .timeline/JOBID.marks (lines "NODE TIME
+# PHASE [WHO]"), and the folder removed: one file per job on the submit directory's storage
+# ($PROJECT's inode quota), not one per node. Never fails the job; a fold that fails keeps
+# the folder, which `jsc-compose timeline` reads as well.
+jsc_timeline_fold() {
+    local files
+    if [ -z "${timeline_dir:-}" ] || [ ! -d "$timeline_dir" ]; then return 0; fi
+    files=("$timeline_dir"/*)
+    if [ -e "${files[0]}" ] &&
+        awk '{ n = FILENAME; sub(/.*\//, "", n); print n, $0 }' "${files[@]}" \
+            >"$timeline_dir.marks.tmp" 2>/dev/null &&
+        mv -f -- "$timeline_dir.marks.tmp" "$timeline_dir.marks"; then
+        rm -rf -- "$timeline_dir" 2>/dev/null || true
+    else
+        rm -f -- "$timeline_dir.marks.tmp" 2>/dev/null || true
+    fi
 }
 
 jsc_mark() {  # PHASE [TIME]: one line on this node's timeline (never fails the job)

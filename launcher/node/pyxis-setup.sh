@@ -15,7 +15,7 @@ image=$1 name=pyxis_$2 keep=$3 staged=${4:-} host=$(hostname)
 # shellcheck source=enroot-lib.sh
 source "${BASH_SOURCE[0]%/*}/enroot-lib.sh"
 if [ -n "$staged" ] && [ -f "$staged" ]; then
-    trap 'rm -f -- "$staged"' EXIT
+    trap 'rm -f -- "$staged"; rmdir -- "${staged%/*}" 2>/dev/null || :' EXIT  # the job's dir
     image=$staged
 fi
 jsc_cache_dir

@@ -14,7 +14,7 @@ from launcher.model import JobSpec
 from launcher.modes.common import rdzv_timeouts
 from launcher.plan import build_plan
 from launcher.shell import resolve
-from launcher.slurm import expand_nodelist, rdzv_port
+from launcher.slurm import expand_nodelist, nodelist_size, rdzv_port
 
 
 def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str = "$PWD",
@@ -26,6 +26,13 @@ def render_preview(spec: JobSpec, nodelist: str, job_id: int = 12345, cwd: str =
     system's name is listed and the node lines show ${rdzv_host}."""
     job = build_plan(spec, "preview")
     plan, mode = job.launch, job.mode
+    want = spec.job.nodes + spec.job.spare_nodes
+    size = nodelist_size(nodelist)
+    if size != want:
+        spares = f" + job.spare_nodes {spec.job.spare_nodes}" if spec.job.spare_nodes else ""
+        raise ValueError(f"names {size} node{'s' if size != 1 else ''}, the spec's job has "
+                         f"{want} (job.nodes {spec.job.nodes}{spares}): name {want}, e.g. "
+                         + (f"'jwb[0001-{want:04d}]'" if want > 1 else "'jwb0001'"))
     nodes = expand_nodelist(nodelist)
     port = spec.launch.rdzv_port or rdzv_port(job_id)
     host, endpoint = preview_endpoint(spec.site, nodes[0], port, job_id, system)

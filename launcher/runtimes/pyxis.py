@@ -34,8 +34,7 @@ class Pyxis(ContainerRuntime):
     keys = ("kind", "image", "binds", "bind_cwd", "container_name", "keep_old", "stage")
     bind_rule = enroot_scripts.MOUNT_RULE
     task_script_inside = True
-    mpirun_problem = ("pyxis containers start only through srun; use launch.mpi: srun or "
-                      "another runtime")
+    mpirun_problem = "pyxis containers start only through srun"
     submitit_problem = (
         "pyxis takes the container through srun flags, and submitit writes its srun "
         "flags shell-quoted, so the container name stamped on the node and the $PWD "

@@ -13,29 +13,17 @@ import os
 import posixpath
 import re
 import subprocess
-import tempfile
-from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
 from launcher.model import JobSpec, SpecError, SubmitError
 from launcher.shell import Var, expansion_parts
+from launcher.submit.output import write_file
 
 
 def write_script(text: str, path: str) -> None:
-    """Write atomically (temp file + rename), so a failure never leaves half a script."""
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    except OSError as exc:
-        raise SubmitError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SubmitError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    """Write atomically (temp file + rename), so a failure never leaves half a script; only a
+    regular file (launcher.submit.output)."""
+    write_file(text, path)
 
 
 def check_log_dirs(spec: JobSpec, cwd: str = ".") -> List[str]:

@@ -1,7 +1,8 @@
 """``jsc-compose timeline JOBID``: when each node of a job passed each phase of its start-up.
 
 Where it sits: the job writes the marks, one line ``TIME PHASE [WHO]`` appended per mark to
-``.timeline/JOBID/NODE`` under the submit directory (one file per node, docs/guide/timeline.md):
+``.timeline/JOBID/NODE`` under the submit directory (one file per node while the job runs,
+folded into ``.timeline/JOBID.marks`` after its launch; docs/guide/timeline.md):
 the batch script (launcher/node/job.sh ``jsc_mark``: batch_start, step_start, launch_end), each
 task's prelude in its container (launcher/task/hook.sh: container_up), torchrun_jsc
 (launcher/task/torchrun_jsc/phases.py: decided, rendezvous_done) and every rank's hook
@@ -27,8 +28,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from launcher.model import SpecError
 from launcher.model import SubmitError
+from launcher.submit.output import write_file
 
 FOLDER = ".timeline"  # under the submit directory (launcher/node/job.sh jsc_timeline_setup)
+MARKS = ".marks"  # FOLDER/JOBID + this: the nodes' marks folded into one file after the launch
 # The batch script's own marks: once per job, on the batch host's file.
 JOB_PHASES = (("batch_start", "batch start"), ("step_start", "step start"))
 # Each node's, in the order they happen (a mode without torchrun_jsc has no decided and no
@@ -116,34 +119,52 @@ def parse_line(line: str) -> Optional[Tuple[float, str, str]]:
     return t, parts[1], parts[2] if len(parts) == 3 else ""
 
 
-def read(job: str, submit_dir: str = ".") -> Timeline:
-    folder = Path(submit_dir) / FOLDER / job
-    tl = Timeline(job, folder)
+def node_lines(folder: Path) -> List[Tuple[str, str]]:
+    """(node, line) of every mark: from the folder's file per node while the job runs, else
+    from the one file they were folded into after the launch (FOLDER/JOBID.marks, lines
+    "NODE TIME PHASE [WHO]"; launcher/node/job.sh jsc_timeline_fold)."""
+    out: List[Tuple[str, str]] = []
     try:
         names = sorted(os.listdir(folder))
     except OSError:
         names = []
-    node_marks: List[Tuple[str, float, str, str]] = []  # (node, time, phase, who)
     for node in names:
         try:
             text = (folder / node).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        for line in text.splitlines():
-            mark = parse_line(line)
-            if mark is None:
-                continue
-            t, phase, who = mark
-            if phase in dict(JOB_PHASES):
-                if phase not in tl.job_marks:
-                    tl.job_marks[phase] = t
-                    tl.batch_node = node
-            elif phase == END:
-                tl.end = t
-            elif phase == LOST:
-                tl.recoveries.append(Recovery(t, who))
-            else:  # a node's phase, or the spare the supervisor started
-                node_marks.append((node, t, phase, who))
+        out += [(node, line) for line in text.splitlines()]
+    if names:
+        return out
+    try:
+        text = folder.with_name(folder.name + MARKS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        node, _, rest = line.partition(" ")
+        out.append((node, rest))
+    return out
+
+
+def read(job: str, submit_dir: str = ".") -> Timeline:
+    folder = Path(submit_dir) / FOLDER / job
+    tl = Timeline(job, folder)
+    node_marks: List[Tuple[str, float, str, str]] = []  # (node, time, phase, who)
+    for node, line in node_lines(folder):
+        mark = parse_line(line)
+        if mark is None:
+            continue
+        t, phase, who = mark
+        if phase in dict(JOB_PHASES):
+            if phase not in tl.job_marks:
+                tl.job_marks[phase] = t
+                tl.batch_node = node
+        elif phase == END:
+            tl.end = t
+        elif phase == LOST:
+            tl.recoveries.append(Recovery(t, who))
+        else:  # a node's phase, or the spare the supervisor started
+            node_marks.append((node, t, phase, who))
     tl.recoveries.sort(key=lambda r: r.at)
     # Each node's phases: per round (the start-up, then each recovery) and process (WHO),
     # the first mark; per node the latest of its processes' (the node is there when all are).
@@ -359,14 +380,14 @@ def run(job: Optional[str], submit_dir: Optional[str], svg_path: Optional[str]) 
         raise SpecError("timeline", "jobid", "a numeric Slurm job id (or run it inside the job)",
                         job or "")
     if submit_dir is None:
-        here = (Path(FOLDER) / job).is_dir()
+        here = (Path(FOLDER) / job).is_dir() or (Path(FOLDER) / f"{job}{MARKS}").is_file()
         submit_dir = "." if here else (work_dir(job) or ".")
     tl = read(job, submit_dir)
     path = svg_path or str(Path(submit_dir) / FOLDER / f"{job}.svg")
     try:
-        Path(path).write_text(svg(tl), encoding="utf-8")
-    except OSError as exc:
-        raise SpecError("timeline", "--svg", f"a file that can be written ({exc.strerror})",
+        write_file(svg(tl), path, "--svg")
+    except SubmitError as exc:
+        raise SpecError("timeline", "--svg", f"a file that can be written ({exc})",
                         path) from None
     return report(tl, path)
 

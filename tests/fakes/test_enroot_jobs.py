@@ -50,7 +50,7 @@ def run_job(fakes: Cluster, nodes: int = 4, **env: str) -> List[str]:
 def test_one_squeue_per_job_not_per_node(fakes):
     left = run_job(fakes, nodes=4, FAKE_SQUEUE="4242\n222\n123_4\n123_[5-9]")
     (call,) = fakes.records("squeue")
-    assert call["argv"] == ["-h", "-u", fakes.env["FAKE_USER"], "-o", "%i"]
+    assert call["argv"] == ["-h", "-u", fakes.env["FAKE_USER"], "-o", "%A"]
     assert "SLURM_NODEID" not in call["env"]  # batch scope, not a set-up task
     setups = [r for r in fakes.records("enroot") if r["argv"] == ["info"]]
     assert len(setups) == 4  # while the set-up itself ran on every node

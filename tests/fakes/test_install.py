@@ -75,6 +75,13 @@ def test_composer_console_script(installed, tmp_path):
     assert package.startswith(str(installed.parent)) and package.endswith("/launcher")
     golden = (ROOT / "jobs/ddp_container.job").read_text()
     assert golden.count('\nkit="${PWD}/launcher"\n') == 1
+    # ...and, not the clone's own jobs/ (another kit renders them), a header that names the
+    # command, not `make jobs` (issue 43).
+    job = "jobs/ddp_container.job"
+    golden = golden.replace(f"make jobs, or python -m launcher render {spec}",
+                            f"jsc-compose render {spec}").replace(
+        f"the repo root (jobs/' relative paths are its): sbatch {job}",
+        f"the directory its relative paths refer to: sbatch {job}")
     assert p.returncode == 0 and p.stdout == golden.replace(
         '\nkit="${PWD}/launcher"\n', f"\nkit={shlex.quote(package)}\n")
     assert len(p.stderr.splitlines()) == 1 and "is on this node only" in p.stderr, p.stderr

@@ -1,6 +1,7 @@
 """Ring 2: site cray-ex's per-task NCCL rule (launcher/task/nccl-net.sh, sourced by the task
 prelude hook.sh) run by sh on this machine: the net plugin found as NCCL finds it, and
-NCCL_PROTO=^LL128 on aarch64 only.
+NCCL_PROTO=^LL128 on aarch64 only, which hook.sh applies under every other profile too
+(GH200's NIC-to-C2C path, NVIDIA/nccl#2053).
 
 The plugin: NCCL_NET_PLUGIN's names (as given, then libnccl-net-NAME.so; `none`: no plugin),
 else libnccl-net.so (RCCL: librccl-net.so), looked for in LD_LIBRARY_PATH, the ld.so cache
@@ -131,8 +132,22 @@ def test_only_node_0_task_0_speaks_and_only_under_cray_ex(tmp_path):
     for where in ({"SLURM_NODEID": "3"}, {"SLURM_LOCALID": "1"}):
         other = hook(tmp_path, bin_dir, LD_LIBRARY_PATH=str(lib), **where)
         assert (other.stdout, other.stderr) == ("AWS Libfabric|^LL128|unset", "")
+    # Other profiles: no net plugin rule, but the same LL128 rule (issue 43 item 7).
     off = hook(tmp_path, bin_dir, LD_LIBRARY_PATH=str(lib), TORCHRUN_JSC_OFI_NCCL="")
-    assert (off.stdout, off.stderr) == ("unset|unset|unset", "")
+    assert (off.stdout, off.stderr) == (
+        "unset|^LL128|unset", "torchrun-jsc: aarch64 (Grace): NCCL_PROTO=^LL128 "
+        "(NVIDIA/nccl#2053)\n")
+
+
+@pytest.mark.parametrize("arch, env, shown, said", [
+    ("aarch64", {"SLURM_NODEID": "1"}, "unset|^LL128|unset", ""),
+    ("aarch64", {"NCCL_PROTO": "Simple"}, "unset|Simple|unset", ""),
+    ("x86_64", {}, "unset|unset|unset", "")])
+def test_the_ll128_rule_under_every_other_profile(tmp_path, arch, env, shown, said):
+    """Site jsc (JUPITER, JEDI: GH200 over InfiniBand) and generic: LL128 off on aarch64, a
+    NCCL_PROTO the job set kept, x86_64 untouched; only node 0's first task speaks."""
+    done = hook(tmp_path, fake_bin(tmp_path, arch=arch), TORCHRUN_JSC_OFI_NCCL="", **env)
+    assert (done.stdout, done.stderr) == (shown, said)
 
 
 

@@ -49,7 +49,11 @@ def test_one_node_writes_every_phase_and_the_command_reads_them(tmp_path, capsys
     done = job_sh(script, tmp_path, SLURM_JOB_ID=job, SLURMD_NODENAME=node,
                   OMP_NUM_THREADS="1", HOME=str(tmp_path))
     assert done.returncode == 0, done.stderr + (tmp_path / "task.out").read_text()
-    lines = (tmp_path / ".timeline" / job / node).read_text().splitlines()
+    # After the launch the node's file is folded into one per job (issue 43), the folder gone.
+    assert not (tmp_path / ".timeline" / job).exists()
+    folded = (tmp_path / ".timeline" / f"{job}.marks").read_text().splitlines()
+    assert all(line.startswith(f"{node} ") for line in folded), folded
+    lines = [line.split(" ", 1)[1] for line in folded]
     phases = [line.split()[1] for line in lines]
     # Every writer's line, in the order the phases happen (the ranks' two in any order).
     assert phases[:5] == ["batch_start", "step_start", "container_up", "decided",
@@ -138,3 +142,25 @@ def test_found_in_the_jobs_working_directory(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("timeline of job 31: 0 nodes, batch script started ")
     assert (submit / ".timeline" / "31.svg").is_file()
+
+
+def test_after_the_launch_the_nodes_files_are_one_file(tmp_path):
+    """Issue 43: .timeline/JOBID/ holds a file per node while the job runs; after the launch
+    (jsc_after_launch) they are one file, .timeline/JOBID.marks, the folder gone; a requeued
+    attempt starts afresh (both removed)."""
+    nodes = [f"jwb{i:04d}" for i in range(1, 6)]
+    marks = "".join(f'printf "1.5 container_up pid=7\\n2.5 decided\\n" >>"$timeline_dir/{n}"\n'
+                    for n in nodes)
+    done = job_sh("jsc_hangs_setup RANK\n" + marks + "launch_rc=0\njsc_after_launch\necho ok",
+                  tmp_path, SLURM_JOB_ID="4713", SLURMD_NODENAME="jwb0001")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+    assert sorted(p.name for p in (tmp_path / ".timeline").iterdir()) == ["4713.marks"]
+    lines = (tmp_path / ".timeline" / "4713.marks").read_text().splitlines()
+    assert len(lines) == 2 * 5 + 2  # every node's two; the batch node's batch_start, launch_end
+    assert {line.split()[0] for line in lines} == set(nodes)
+    assert "jwb0003 2.5 decided" in lines and lines[1] == "jwb0001 1.5 container_up pid=7"
+    assert lines[0].split()[2] == "batch_start" and lines[3].split()[2] == "launch_end"
+    again = job_sh("jsc_hangs_setup RANK\necho ok", tmp_path, SLURM_JOB_ID="4713",
+                   SLURMD_NODENAME="jwb0001")
+    assert again.returncode == 0
+    assert sorted(p.name for p in (tmp_path / ".timeline").iterdir()) == ["4713"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -80,9 +81,11 @@ def test_staged_image_runs_on_every_node_and_is_removed_after_a_failed_program(
     out = res.output
     # The program failed (srun ends the other node's task: the job's status may be its 143).
     assert res.state == "FAILED" and "task 0: Exited with exit code 3" in out, out
-    copy = f"/tmp/torchrun-jsc-stage-{uid}-{res.job_id}-image.sif"
-    assert f"image {image} staged to /tmp on 2 nodes in " in out, out
-    assert f"the steps run {copy}" in out, out
+    # The copy is in a directory of the job's own, named at random (stage.sh make).
+    found = re.search(rf"the steps run (/tmp/torchrun-jsc-stage-{uid}-{res.job_id}-"
+                      r"[0-9a-f]{12}/image\.sif)\n", out)
+    assert f"image {image} staged to /tmp on 2 nodes in " in out and found, out
+    copy = found[1]
     # The program ran the copy, on both nodes, and saw it whole.
     probes = sorted(line.split()[1:] for line in out.splitlines()
                     if line.startswith("STAGE_PROBE"))
@@ -97,6 +100,14 @@ def test_staged_image_runs_on_every_node_and_is_removed_after_a_failed_program(
 # --- Enroot and pyxis: the squashfs staged where the container is created ---------------------
 
 RAN = """[python3, -c, "import os; print('STAGE_RAN', os.environ['SLURMD_NODENAME'], flush=True)"]"""
+
+
+def staged_copy(out: str, uid: int, job_id: str) -> str:
+    """The squashfs copy's path in job ``job_id``'s log (its directory is named at random)."""
+    found = re.search(rf"the set-up creates the container from (/tmp/torchrun-jsc-stage-{uid}-"
+                      rf"{job_id}-[0-9a-f]{{12}}/image\.sqsh)\n", out)
+    assert found, out
+    return found[1]
 
 
 @pytest.mark.parametrize("kind", ["enroot", "pyxis"])
@@ -129,7 +140,7 @@ def test_squashfs_staged_only_where_the_container_is_created(cluster, shared_tmp
         assert ran == ["jwb0001", "jwb0002"], res.output
         outs.append((res.job_id, res.output))
     (first_id, first), (_, second) = outs[:2]
-    copy = f"/tmp/torchrun-jsc-stage-{uid}-{first_id}-image.sqsh"
+    copy = staged_copy(first, uid, first_id)
     assert f"image {image} staged to /tmp on 2 nodes in " in first, first
     assert f"the set-up creates the container from {copy}" in first, first
     assert first.count(f"{kind}: creating container ") == 2 and f" from {copy} on " in first
@@ -138,7 +149,7 @@ def test_squashfs_staged_only_where_the_container_is_created(cluster, shared_tmp
     assert second.count(f"{kind}: reusing container ") == 2 and "staged to" not in second
     if kind == "enroot":  # only node 2 lacks it: only node 2 gets the copy
         third_id, third = outs[2]
-        copy = f"/tmp/torchrun-jsc-stage-{uid}-{third_id}-image.sqsh"
+        copy = staged_copy(third, uid, third_id)
         assert f"image {image} staged to /tmp on 1 node in " in third, third
         assert f"creating container {name} from {copy} on jwb0002" in third, third
         assert f"reusing container {name} on jwb0001" in third, third

@@ -148,7 +148,8 @@ STAGES = (
     ("features", {"launcher.features"}),
     ("modes", {"launcher.modes"}),
     ("runtimes", {"launcher.runtimes"}),
-    ("ground", {"launcher.model", "launcher.yamlread", "launcher.shell", "launcher.kit"}),
+    ("ground", {"launcher.model", "launcher.yamlread", "launcher.yamlload", "launcher.shell",
+                "launcher.kit"}),
     ("node side", {"launcher.slurm", "launcher.node", "launcher.task", "launcher.gpu",
                    "launcher.requeue", "launcher"}),  # launcher: the package's own face
 )

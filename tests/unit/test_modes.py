@@ -82,6 +82,18 @@ def test_what_a_mode_cannot_run_fails_at_load_not_at_render(text, message):
     assert str(err.value).startswith(message)
 
 
+@pytest.mark.parametrize("launch, advice, advised", [
+    ("{mode: mpirun_torchrun}", "use launch.mode: torchrun", "{mode: torchrun}"),
+    ("{mode: horovod, mpi: mpirun}", "use launch.mpi: srun", "{mode: horovod, mpi: srun}")])
+def test_the_advice_for_mpirun_under_pyxis_is_accepted(launch, advice, advised):
+    """Issue 43: mpirun_torchrun + pyxis advised launch.mpi: srun, which that mode refuses."""
+    base = "job: {nodes: 2}\nruntime: {kind: pyxis, image: i.sqsh}\nprogram: [p]\nlaunch: "
+    with pytest.raises(SpecError) as err:
+        parse_spec(base + launch, "x.yaml")
+    assert advice in str(err.value)
+    parse_spec(base + advised, "x.yaml")
+
+
 def test_a_plan_is_built_by_keyword():
     step = Step("a", ("srun",), ("x",))
     with pytest.raises(TypeError):

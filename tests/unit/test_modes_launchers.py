@@ -3,6 +3,7 @@ deepspeed.py): argv, per-node rank in the preview, spec errors, requeue refused.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import textwrap
 
@@ -74,8 +75,9 @@ def test_deepspeed_argv_and_hostfile_lines():
 
 
 def test_preview_shows_each_nodes_rank():
-    text = render_preview(load_spec("jobs/sum_accelerate.yaml"), "jwb[0001-0003]", 7,
-                          system="juwelsbooster")
+    spec = load_spec("jobs/sum_accelerate.yaml")
+    spec = dataclasses.replace(spec, job=dataclasses.replace(spec.job, nodes=3))
+    text = render_preview(spec, "jwb[0001-0003]", 7, system="juwelsbooster")
     assert "--num_processes=6" in text and "--main_process_ip=jwb0001i" in text
     for n in range(3):
         assert f"--machine_rank {n} python3 -u examples/distributed_sum.py" in text

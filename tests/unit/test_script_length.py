@@ -1,7 +1,8 @@
-"""Ring 1: the jobscript stays under 100 lines to read (README: "the jobscript itself stays
-under 100 lines") for every combination of launch mode, runtime, site profile, job.requeue,
-launch.hang_timeout and launch.preflight the spec loader accepts: a 4-node GPU spec with one
-env.set, rendered and counted.
+"""Ring 1: the jobscript stays at most 100 lines to read (README: "the jobscript itself stays
+at most 100 lines") for every combination of launch mode, runtime, site profile, job.requeue,
+launch.hang_timeout (its action end or replace), launch.preflight, job.spare_nodes and
+runtime.stage (every key that adds lines; issue 43 item 8) the spec loader accepts: a 4-node
+GPU spec with one env.set, rendered and counted.
 
 The combinations come from the loader itself: one it refuses is left out when the list is
 built, and only for the refusals the schema documents (requeue or hang_timeout in a mode
@@ -13,7 +14,6 @@ import itertools
 import re
 from typing import Dict, List, Tuple
 
-import pytest
 import yaml
 
 from launcher.render.jobscript import render_jobscript
@@ -29,34 +29,46 @@ LAUNCHES = [{"mode": mode} for mode in sorted(MODES)] + [{"mode": "horovod", "mp
 DOCUMENTED_REFUSALS = re.compile(
     r"job\.requeue: mode \w+: .* does not survive the checkpoint signal"
     r"|launch\.hang_timeout: means nothing in mode"
-    r"|runtime\.kind: pyxis containers start only through srun")
-ACCEPTED = 468  # of 8 launches x 4 runtimes x 3 sites x 8 = 768
+    r"|runtime\.kind: pyxis containers start only through srun"
+    r"|job\.spare_nodes: mode \w+ has no per-node agent that could meet a spare"
+    r"|launch\.hang_action: needs job\.spare_nodes >= 1")
+# of 8 launches x 4 runtimes x 3 sites x 2 requeue x 3 hang x 2 preflight x 2 spares x 2
+# stage, less those left out unbuilt below
+ACCEPTED = 1062
 
 
-def spec_text(launch: dict, runtime: str, site: str, requeue: bool, hang: bool,
-              preflight: bool) -> str:
-    job = {"nodes": 4, "gpus_per_node": 4, "time": "02:00:00"}
+def spec_text(launch: dict, runtime: str, site: str, requeue: bool, hang: str,
+              preflight: bool, spare: bool, stage: bool) -> str:
+    job = {"nodes": 4, "gpus_per_node": 4, "time": "02:00:00", **({"spare_nodes": 1} if spare
+                                                                   else {})}
     if requeue:
         job["requeue"] = {"signal": "USR2", "before": 300, "max": 3}
     doc = {"job": job, "site": site, "program": ["python3", "train.py", "--epochs", "3"],
-           "launch": {**launch, **({"hang_timeout": 1800} if hang else {}),
+           "launch": {**launch, **({"hang_timeout": 1800, "hang_action": hang} if hang else {}),
                       **({"preflight": True} if preflight else {})},
            "env": {"set": {"OMP_NUM_THREADS": "4"}}}
     if IMAGES[runtime]:
-        doc["runtime"] = {"kind": runtime, "image": IMAGES[runtime]}
+        doc["runtime"] = {"kind": runtime, "image": IMAGES[runtime],
+                          **({"stage": True} if stage else {})}
     return yaml.safe_dump(doc)
 
 
 def combinations() -> Tuple[List[Tuple[str, str]], Dict[str, str]]:
     """(id, spec text) of every accepted combination, and the refused ones' errors by id."""
     accepted, refused = [], {}
-    for launch, runtime, site, requeue, hang, preflight in itertools.product(
-            LAUNCHES, sorted(RUNTIMES), sorted(SITE_PROFILES), (False, True), (False, True),
-            (False, True)):
+    for launch, runtime, site, requeue, hang, preflight, spare, stage in itertools.product(
+            LAUNCHES, sorted(RUNTIMES), sorted(SITE_PROFILES), (False, True),
+            ("", "end", "replace"), (False, True), (False, True), (False, True)):
+        # Left out unbuilt (the loader's refusals, tested with the keys): nothing to stage
+        # under bare, spares outside torchrun, replace without a spare. Keeps this in seconds.
+        if (stage and not IMAGES[runtime]) or (spare and launch["mode"] != "torchrun") \
+                or (hang == "replace" and not spare):
+            continue
         name = "-".join([*(str(v) for v in launch.values()), runtime, site,
-                         *(flag for flag, on in (("requeue", requeue), ("hang", hang),
-                                                 ("preflight", preflight)) if on)])
-        text = spec_text(launch, runtime, site, requeue, hang, preflight)
+                         *(flag for flag, on in (("requeue", requeue), (f"hang_{hang}", hang),
+                                                 ("preflight", preflight), ("spare", spare),
+                                                 ("stage", stage)) if on)])
+        text = spec_text(launch, runtime, site, requeue, hang, preflight, spare, stage)
         try:
             parse_spec(text, "jobs/x.yaml")
         except SpecError as e:
@@ -66,18 +78,23 @@ def combinations() -> Tuple[List[Tuple[str, str]], Dict[str, str]]:
     return accepted, refused
 
 
-ACCEPTED_SPECS, REFUSED = combinations()
-
-
-def test_only_documented_refusals_and_the_count_is_pinned():
-    unexpected = {k: v for k, v in REFUSED.items() if not DOCUMENTED_REFUSALS.search(v)}
+def test_every_combination_renders_within_the_promise():
+    """One test over all (not one per combination): the combinations are built once, here,
+    not at collection in every worker. The refusals: only the documented ones, counted."""
+    accepted, refused = combinations()
+    unexpected = {k: v for k, v in refused.items() if not DOCUMENTED_REFUSALS.search(v)}
     assert not unexpected
-    assert len(ACCEPTED_SPECS) == ACCEPTED, (len(ACCEPTED_SPECS), len(REFUSED))
+    assert len(accepted) == ACCEPTED, (len(accepted), len(refused))
+    over = {}
+    for name, text in accepted:
+        lines = len(render_jobscript(parse_spec(text, "jobs/x.yaml")).splitlines())
+        if lines > MAX_LINES:
+            over[name] = lines
+    assert not over, over
 
 
-@pytest.mark.parametrize("text", [t for _, t in ACCEPTED_SPECS],
-                         ids=[n for n, _ in ACCEPTED_SPECS])
-def test_every_combination_renders_within_the_promise(text):
-    script = render_jobscript(parse_spec(text, "jobs/x.yaml"))
-    lines = script.splitlines()
-    assert len(lines) <= MAX_LINES, f"{len(lines)} lines:\n{script}"
+def test_the_longest_combination_of_issue_43_fits():
+    """Enroot + spare_nodes + stage + hang_action replace + requeue + preflight + env under
+    site jsc rendered 102 lines."""
+    text = spec_text({"mode": "torchrun"}, "enroot", "jsc", True, "replace", True, True, True)
+    assert len(render_jobscript(parse_spec(text, "jobs/x.yaml")).splitlines()) <= MAX_LINES

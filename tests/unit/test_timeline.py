@@ -174,3 +174,21 @@ def test_a_recovery_is_its_own_round_and_the_start_up_stays_as_it_was(tmp_path):
     assert lines == ["jwb0002 lost at 40.00 s, spare jwb0003"], lines
     titles = [t.text for e in root.iter(f"{ns}rect") for t in e.findall(f"{ns}title")]
     assert "jwb0003: first collective, 0.80 s (until 55.00 s)" in titles, titles
+
+
+def test_the_folded_file_reads_as_the_folder_did(tmp_path, capsys, monkeypatch):
+    """After the launch the job folds its node files into .timeline/JOBID.marks (issue 43:
+    one file per job, not one per node); the command reads that file alike."""
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.chdir(job(tmp_path, {"jwb0001": NODE1, "jwb0002": NODE2}))
+    assert cli.main(["timeline", "55"]) == 0
+    from_folder = capsys.readouterr().out
+    folder = tmp_path / ".timeline" / "55"
+    folded = "".join(f"{node} {line}\n" for node in ("jwb0001", "jwb0002")
+                     for line in (folder / node).read_text().splitlines())
+    for node in ("jwb0001", "jwb0002"):
+        (folder / node).unlink()
+    folder.rmdir()
+    (tmp_path / ".timeline" / "55.marks").write_text(folded)
+    assert cli.main(["timeline", "55"]) == 0
+    assert capsys.readouterr().out == from_folder

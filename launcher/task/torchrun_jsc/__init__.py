@@ -128,7 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     print(describe(d, args.rdzv_endpoint), file=sys.stderr, flush=True)
     phases.mark("decided")  # the job's start-up timeline (phases.py)
-    phases.install(args.rdzv_endpoint or "")
+    phases.install(args.rdzv_endpoint or "", d.is_host, str(args.nnodes))
     _store_limits(args, d)
     # As torchrun's own main: TORCHELASTIC_ERROR_FILE gets the first failed worker's root
     # cause (or the agent's exception), and faulthandler is on. In torch since 1.9.
