@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.model import SpecError
-from launcher.node import spares, stacks
+from launcher.node import slurmstate, spares, stacks
 from launcher.render.jobscript import render_jobscript
 from tests.unit.test_hang_deadline import Clock, put, slot_line
 from tests.unit.test_spare_nodes import spec as spare_spec
@@ -77,8 +77,8 @@ def test_which_hung_nodes_can_be_replaced():
 def test_the_hung_nodes_step_is_found_by_its_node():
     lines = ["42.batch jwb0001", "42.extern jwb[0001-0003]", "42.0 jwb0001", "42.1 jwb0002",
              "42.4 jwb[0001-0003]", "43.1 jwb0002", "42.5 jwb0002"]
-    assert spares.node_steps("42", "jwb0002", lines) == ["42.1", "42.5"]
-    assert spares.node_steps("42", "jwb0003", lines) == []
+    assert slurmstate.node_steps("42", "jwb0002", lines) == ["42.1", "42.5"]
+    assert slurmstate.node_steps("42", "jwb0003", lines) == []
 
 
 def test_the_nodes_behind_from_the_mark_files(tmp_path):
