@@ -34,7 +34,8 @@ HOST_TIMEOUT_S = spares.limits(TIMEOUT_S, 4)[1]
 # then waits for FAKE_DIR/done.
 TASK = r"""
 import os, time
-node, rank, top = os.environ["SLURMD_NODENAME"], os.environ["TORCHRUN_JSC_NODE_RANK"], os.environ["FAKE_DIR"]
+node, top = os.environ["SLURMD_NODENAME"], os.environ["FAKE_DIR"]
+rank = os.environ["TORCHRUN_JSC_NODE_RANK"]
 with open(os.path.join(top, "pid." + node), "w") as f:
     f.write(str(os.getpid()))
 print("TASK", node, rank, flush=True)

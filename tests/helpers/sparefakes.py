@@ -27,7 +27,10 @@ from typing import Dict, Iterable, List, Set, Tuple
 
 SRUN = """#!/bin/bash
 node=${1#--nodelist=}; shift
-if [[ " ${DEAD:-} " == *" $node "* ]]; then echo "srun: error: Node failure on $node" >&2; exit 0; fi
+if [[ " ${DEAD:-} " == *" $node "* ]]; then
+    echo "srun: error: Node failure on $node" >&2
+    exit 0
+fi
 if [ -n "${RELAY:-}" ]; then
     echo "$TORCHRUN_JSC_BEAT" >"$FAKE_DIR/beat-addr"
     export TORCHRUN_JSC_BEAT=$RELAY
