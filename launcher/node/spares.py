@@ -185,7 +185,8 @@ class Supervisor(object):
         # through ``hangs`` to replace the nodes behind (only the main loop starts steps).
         self.hang = hang
         self.hangs = queue.Queue()
-        self.replaced_at = None  # when a node was last replaced: the deadline starts there
+        # when a node was last replaced (epoch, as the progress marks): the deadline starts there
+        self.replaced_at = None
         self.watcher = None
 
     def listen(self, host):
@@ -297,7 +298,7 @@ class Supervisor(object):
         self.enders.append(background(self.end_step, slot.node, slot.proc))
 
     def replace(self, slot, silent, why=None):
-        node, now = slot.node, self.now()
+        node = slot.node
         log("job {}: node {} lost at {}: {}".format(
             self.job, node, time_text(time.time()),
             why or "no heartbeat for {:.0f} s".format(silent)))
@@ -309,7 +310,7 @@ class Supervisor(object):
             log("job {}: spare {} takes the place of {} (node rank {}; {})".format(
                 self.job, spare, node, slot.rank, self.spares_left()))
             self.start(slot, spare)
-            self.replaced_at = now
+            self.replaced_at = time.time()
             return None
         if self.marker:
             with open(self.marker, "w") as f:
@@ -388,7 +389,7 @@ class Supervisor(object):
             self.retire(slot)
             self.marks.put("spare_started", spare)
             self.start(slot, spare)
-        self.replaced_at = self.now()
+        self.replaced_at = time.time()
         return None
 
     def start_watcher(self):
