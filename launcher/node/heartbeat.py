@@ -61,10 +61,14 @@ RCVBUF_BASE = 65536
 RCVBUF_PER_NODE = 2048
 
 
-def log(line, stream=sys.stdout, lock=threading.Lock()):
-    with lock:  # the supervisor's threads write whole lines
-        stream.write(line + "\n")
-        stream.flush()
+_LOG_LOCK = threading.Lock()
+
+
+def log(line):
+    """One line on stdout (the job's log), whole even when the supervisor's threads write."""
+    with _LOG_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 # --- the datagrams ----------------------------------------------------------------------------

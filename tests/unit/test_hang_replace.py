@@ -7,6 +7,8 @@ srun: tests/fakes/test_spares.py; a real hang on the lab: tests/lab/test_hung_no
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from launcher.model import SpecError
@@ -187,3 +189,20 @@ def test_watch_starts_again_from_a_replacement_it_did_not_ask_for(tmp_path, monk
 def sys_exe() -> str:
     import sys
     return sys.executable
+
+
+def test_a_replacement_restarts_the_deadline_on_the_marks_clock(monkeypatch, capsys):
+    """The supervisor's clock is monotonic (heartbeats), the ranks' progress marks are stamped
+    with the epoch: the deadline's new start (``since``) must be on the marks' clock, or the
+    watcher would never see the replacement. Slurm and srun stand in by monkeypatch."""
+    monkeypatch.setattr(spares.slurmstate, "call", lambda argv, timeout: (0, ""))
+    monkeypatch.setattr(spares.Supervisor, "start",
+                        lambda self, slot, node: setattr(slot, "node", node))
+    sup = spares.Supervisor("42", 10, ["n1", "n2"], ["n3"], ["srun"])
+    before = time.time()
+    assert sup.hung(["n2"], 130) is None
+    assert before <= sup.replaced_at <= time.time()
+    assert [s.node for s in sup.slots] == ["n1", "n3"]
+    for thread in sup.enders:
+        thread.join(5)
+    assert "replaced by spare n3 (node rank 1; 0 spares left)" in capsys.readouterr().out
