@@ -112,7 +112,8 @@ def test_watch_asks_the_supervisor_then_starts_its_deadline_again(tmp_path, monk
     folder.mkdir()
     clock = Clock(1.7e9)
     calls = []
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(stacks.subprocess, "call",
+                        lambda argv, timeout: calls.append(argv) or 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [f"{job}.0"])
     for rank in range(4):
         put(folder, f"jwb000{1 + rank // 2}", rank % 2, slot_line(rank, 2 if rank < 3 else 1,
@@ -164,7 +165,7 @@ def test_watch_starts_again_from_a_replacement_it_did_not_ask_for(tmp_path, monk
     folder = tmp_path / "progress"
     folder.mkdir()
     clock = Clock(1.7e9)
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv, timeout: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     for rank in range(2):
         put(folder, "jwb0001", rank, slot_line(rank, 3, clock.now + 1))
