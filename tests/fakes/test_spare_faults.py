@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 from typing import Dict
 
 from launcher.node import heartbeat, spares
@@ -81,9 +83,35 @@ class Job:
             self.relay.close()
         return rc
 
+    def clean(self) -> None:
+        """After a failed test too: nothing of it left waiting or running."""
+        for name in ("done", "release"):
+            (self.fake / name).touch()
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.relay:
+            self.relay.close()
+
     def report(self) -> str:
         return (self.out() + self.err_path.read_text() + "\ncalled:\n" +
                 sparefakes.called(self.fake))
+
+
+@pytest.fixture
+def start(tmp_path):
+    """``start(train, spare, ...)``: a Job, cleaned up after the test whatever its outcome."""
+    jobs = []
+
+    def make(*args, **kwargs) -> Job:
+        jobs.append(Job(tmp_path, *args, **kwargs))
+        return jobs[-1]
+
+    yield make
+    for job in jobs:
+        job.clean()
 
 
 def gone(pid: int) -> bool:
@@ -99,12 +127,12 @@ def ended_job(called: str) -> bool:
     return bool(re.search(r"^(scancel( --signal=\w+)? 42|scontrol requeue 42)$", called, re.M))
 
 
-def test_a_node_whose_fabric_dies_is_ended_through_slurm_and_never_ends_the_job(tmp_path):
+def test_a_node_whose_fabric_dies_is_ended_through_slurm_and_never_ends_the_job(start):
     """n2's fabric dies (the relay drops its heartbeats and the answers) while n2 lives and
     its step runs. Slurm says it responds; one node of two is silent: it is replaced, and its
     step ended through Slurm (scancel --signal=KILL of its step id) as the spare starts:
     its agent and its heartbeat die, so it never cancels or requeues the job afterwards."""
-    job = Job(tmp_path, "n1,n2", "n3", cut=["n2"], SPARE="n3")
+    job = start("n1,n2", "n3", cut=["n2"], SPARE="n3")
     wait_for(lambda: (job.fake / "joined").exists(), "the spare n3 to start")
     wait_for(lambda: gone(job.pid("n2")), "n2's agent to be killed through Slurm")
     rc = job.finish()
@@ -119,14 +147,14 @@ def test_a_node_whose_fabric_dies_is_ended_through_slurm_and_never_ends_the_job(
     assert "DONE n2" not in out and "DONE n1" in out and "DONE n3" in out, out
 
 
-def test_a_stalled_controller_loses_no_healthy_node_and_ends_nothing(tmp_path):
+def test_a_stalled_controller_loses_no_healthy_node_and_ends_nothing(start):
     """Slurm's commands hang (sinfo, squeue, scancel: past their timeout, in a process that
     killing theirs does not end) for longer than the nodes' batch host timeout, while n3's
     fabric dies. The heartbeats go on being answered: n1 and n2 are never lost and never end
     the job; n3 is replaced without Slurm's word. Its step cannot be ended through Slurm, but
     its heartbeat asks by the other network (the batch host's own name), hears "replaced" and
     ends its agent: it never acts on the fabric's silence."""
-    job = Job(tmp_path, "n1,n2,n3", "n4", cut=["n3"], SPARE="n4")
+    job = start("n1,n2,n3", "n4", cut=["n3"], SPARE="n4")
     (job.fake / "stall").touch()
     stalled = time.monotonic()
     wait_for(lambda: (job.fake / "joined").exists(), "the spare n4 to start")
@@ -147,11 +175,11 @@ def test_a_stalled_controller_loses_no_healthy_node_and_ends_nothing(tmp_path):
     assert "has not answered" not in err, job.report()
 
 
-def test_a_blip_on_most_nodes_replaces_nothing(tmp_path):
+def test_a_blip_on_most_nodes_replaces_nothing(start):
     """The fabric of n2, n3 and n4 (3 of 4 training nodes) goes silent at once for longer than
     the heartbeat timeout, then comes back; Slurm says they respond. Nothing is replaced (the
     one spare is not burnt), one line says why, one that they beat again; the job completes."""
-    job = Job(tmp_path, "n1,n2,n3,n4", "n5", cut=["n2", "n3", "n4"])
+    job = start("n1,n2,n3,n4", "n5", cut=["n2", "n3", "n4"])
     wait_for(lambda: job.said("not replaced, waiting"), "the supervisor to hold")
     job.relay.restore()
     wait_for(lambda: job.said("every training node beats again"), "the beats to return")
@@ -168,10 +196,10 @@ def test_a_blip_on_most_nodes_replaces_nothing(tmp_path):
         ["n1", "n2", "n3", "n4"], out
 
 
-def test_slurm_saying_a_node_is_down_replaces_it_even_in_a_crowd(tmp_path):
+def test_slurm_saying_a_node_is_down_replaces_it_even_in_a_crowd(start):
     """n2 and n3 (2 of 3) go silent at once: a blip by count, but Slurm says n3 is down (not
     responding): n3 is replaced, n2 waited for until it beats again."""
-    job = Job(tmp_path, "n1,n2,n3", "n4", cut=["n2", "n3"], SPARE="n4")
+    job = start("n1,n2,n3", "n4", cut=["n2", "n3"], SPARE="n4")
     (job.fake / "state.n3").write_text("down*")
     wait_for(lambda: (job.fake / "joined").exists(), "the spare n4 to start")
     wait_for(lambda: job.said("n2 not replaced, waiting"), "the supervisor to hold n2")
@@ -206,11 +234,11 @@ def forge(relay: Relay, node: str, stop: threading.Event, sent: Dict[str, int]) 
     sock.close()
 
 
-def test_forged_and_replayed_heartbeats_do_not_keep_a_dead_node_alive(tmp_path):
+def test_forged_and_replayed_heartbeats_do_not_keep_a_dead_node_alive(start):
     """n2's fabric dies; all the while a process on the fabric sends the supervisor
     heartbeats for n2: replays of n2's own, altered ones, unauthenticated ones. None counts:
     n2 is lost after the timeout and replaced, as without them."""
-    job = Job(tmp_path, "n1,n2", "n3", cut=["n2"], SPARE="n3")
+    job = start("n1,n2", "n3", cut=["n2"], SPARE="n3")
     wait_for(job.relay.cut_done.is_set, "n2's fabric to be cut")
     stop, sent = threading.Event(), {}
     forger = threading.Thread(target=forge, args=(job.relay, "n2", stop, sent), daemon=True)
