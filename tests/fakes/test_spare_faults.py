@@ -5,8 +5,8 @@ controller, a blip on most nodes at once, forged and replayed heartbeats. Each c
 written contract (docs/guide/spare-nodes.md, the failure table): proven here with fakes, the
 lab's proof (ring 3) pending.
 
-Heartbeat timeout 2 s (a Slurm command's timeout 2 s, the nodes' batch host timeout 10 s:
-spares.limits). The tasks wait for files the test writes when the event it waits for came.
+Heartbeat timeout 3 s (a Slurm command's timeout 3 s, the nodes' batch host timeout 15 s:
+spares.limits): margin for a loaded machine, where a healthy heartbeat may come late. The tasks wait for files the test writes when the event it waits for came.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.helpers.sparefakes import Relay, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-I", str(REPO / "launcher/node/run.py")]
-TIMEOUT_S = 2
+TIMEOUT_S = 3
 HOST_TIMEOUT_S = spares.limits(TIMEOUT_S, 4)[1]
 
 # The agent's stand-in: says where it runs, leaves its pid, marks FAKE_DIR/joined on $SPARE,
@@ -138,7 +138,8 @@ def test_a_node_whose_fabric_dies_is_ended_through_slurm_and_never_ends_the_job(
     rc = job.finish()
     out, called = job.out(), sparefakes.called(job.fake)
     assert rc == 0, job.report()
-    assert re.search(r"^job 42: node n2 lost at .*: no heartbeat for [23] s$", out, re.M), out
+    lost = re.search(r"^job 42: node n2 lost at .*: no heartbeat for (\d+) s$", out, re.M)
+    assert lost and int(lost.group(1)) >= TIMEOUT_S, out
     assert "job 42: spare n3 takes the place of n2 (node rank 1; 0 spares left)" in out, out
     assert re.search(r"^job 42: the step of n2 was ended through Slurm \(scancel --signal=KILL "
                      r"42\.\d+\)$", out, re.M), out
@@ -250,4 +251,5 @@ def test_forged_and_replayed_heartbeats_do_not_keep_a_dead_node_alive(start):
     out = job.out()
     assert rc == 0, job.report()
     assert sent.get("n", 0) > 10, sent
-    assert re.search(r"^job 42: node n2 lost at .*: no heartbeat for [23] s$", out, re.M), out
+    lost = re.search(r"^job 42: node n2 lost at .*: no heartbeat for (\d+) s$", out, re.M)
+    assert lost and int(lost.group(1)) >= TIMEOUT_S, out

@@ -63,7 +63,7 @@ def test_a_name_that_does_not_resolve_is_one_line(monkeypatch, capsys):
     (10, 2, (10.0, 50.0, 60.5)),      # the lab's: the nodes wait 50 s for their batch host
     (60, 1000, (30.0, 240.0, 310.0)),  # the default at 1,000 nodes: a Slurm call 30 s at most
     (5, 4, (5.0, 25.0, 61.0)),
-    (2, 4, (2.0, 10.0, 61.0)),        # tests/fakes/test_spare_faults.py
+    (3, 4, (3.0, 15.0, 61.0)),        # tests/fakes/test_spare_faults.py
 ])
 def test_the_heartbeat_timeout_sets_the_others(timeout, ntrain, want):
     """(a Slurm command's timeout, the nodes' batch host timeout, the first beat's grace): the
