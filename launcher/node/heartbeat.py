@@ -141,8 +141,9 @@ class Listener(object):
             pass
         # Linux reports twice what it granted (the other half is its bookkeeping)
         self.rcvbuf = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
-        granted = self.rcvbuf // 2 if sys.platform.startswith("linux") else self.rcvbuf
-        self.rcvbuf_capped = granted < self.rcvbuf_asked
+        self.rcvbuf_granted = self.rcvbuf // 2 if sys.platform.startswith("linux") else \
+            self.rcvbuf
+        self.rcvbuf_capped = self.rcvbuf_granted < self.rcvbuf_asked
         self.port = self.sock.getsockname()[1]
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self.serve, name="jsc_heartbeats")

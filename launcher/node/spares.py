@@ -198,7 +198,7 @@ class Supervisor(object):
         if self.listener.rcvbuf_capped:
             log("job {}: spares: the heartbeats' receive buffer is {} bytes, {} asked for {} "
                 "nodes (net.core.rmem_max caps it)".format(
-                    self.job, self.listener.rcvbuf, self.listener.rcvbuf_asked,
+                    self.job, self.listener.rcvbuf_granted, self.listener.rcvbuf_asked,
                     len(self.slots) + len(self.spares)))
         self.beat_addr = "{}:{}".format("[{}]".format(host) if ":" in host else host,
                                         self.listener.port)

@@ -87,7 +87,8 @@ def test_the_receive_buffer_is_sized_for_the_nodes_or_its_cap_said():
         rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
         asked = heartbeat.rcvbuf_for(1000)
         assert heard.rcvbuf_asked == asked
-        assert heard.rcvbuf == 2 * min(asked, rmem_max)  # Linux doubles what it grants
+        assert heard.rcvbuf == 2 * min(asked, rmem_max)  # Linux reports twice what it grants
+        assert heard.rcvbuf_granted == min(asked, rmem_max)
         assert heard.rcvbuf_capped == (rmem_max < asked)
     finally:
         heard.sock.close()
@@ -114,3 +115,21 @@ def test_a_node_heartbeat_reaches_the_listener(listener, tmp_path, where, family
         (tmp_path / "heard").touch()
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and err == "", err
+
+
+def test_the_supervisor_says_when_the_kernel_caps_the_buffer(capsys):
+    """More nodes than net.core.rmem_max holds heartbeats for: one line in the job's log."""
+    from launcher.node import spares
+
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    nodes = (rmem_max - heartbeat.RCVBUF_BASE) // heartbeat.RCVBUF_PER_NODE + 2
+    sup = spares.Supervisor("42", 60, [f"n{i}" for i in range(nodes)], [], ["srun"])
+    sup.listen("127.0.0.1")
+    try:
+        assert capsys.readouterr().out == (
+            f"job 42: spares: the heartbeats' receive buffer is {rmem_max} bytes, "
+            f"{heartbeat.rcvbuf_for(nodes)} asked for {nodes} nodes (net.core.rmem_max caps "
+            "it)\n")
+    finally:
+        sup.listener.stop()
+        sup.marks.close()
