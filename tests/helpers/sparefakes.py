@@ -7,7 +7,9 @@ node's fabric while its step and its management side, Slurm, go on).
   group of its own and registers it as step ``42.<its pid>`` in FAKE_DIR/steps (removed when it
   ends); SIGTERM ends the group (the real srun passes it to the tasks). On a node in $DEAD no
   step starts (srun: error: Node failure) and srun ends with 0, as Slurm 24.11's did. With
-  $RELAY set, the step's heartbeats go to the relay, which forwards them to the supervisor.
+  $RELAY set, the step's heartbeats go to the relay, which forwards them to the supervisor;
+  their probes by the batch host's own name go straight to it, unless $NO_VIA is set (a
+  management network that does not reach it, as in today's lab).
 - squeue ``-s`` lists the registered steps as ``ID NODE``; scancel ``--signal=KILL ID`` kills
   that step's process group; sinfo ``-n NODES`` says ``NODE STATE`` (FAKE_DIR/state.NODE, else
   ``allocated``); scontrol does nothing. Every call is recorded in FAKE_DIR/called first.
@@ -35,6 +37,7 @@ if [ -n "${RELAY:-}" ]; then
     echo "$TORCHRUN_JSC_BEAT" >"$FAKE_DIR/beat-addr"
     export TORCHRUN_JSC_BEAT=$RELAY
 fi
+if [ -n "${NO_VIA:-}" ]; then unset TORCHRUN_JSC_BEAT_VIA; fi
 SLURMD_NODENAME="$node" setsid "$@" &
 step=$!
 echo "$node $step" >"$FAKE_DIR/steps/42.$$"
