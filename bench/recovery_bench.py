@@ -61,7 +61,8 @@ def render(hang_node: Optional[str] = None) -> Path:
         program = f", --timeout, '900', --hang-node, {hang_node}, --hang-step, '10'"
         name = "recovery_hang_bench"
     spec = (
-        "job: {name: recovery-bench, nodes: 2, spare_nodes: 1, time: '00:10:00',"
+        "job: {name: recovery-bench, nodes: 2, spare_nodes: 1, heartbeat_timeout: 10,"
+        " time: '00:10:00',"
         " partition: batch, gpus_per_node: 2, node_output: null}\n"
         f"site: jsc\nruntime: {{kind: apptainer, image: image.sif}}\nlaunch: {launch}\n"
         "program: [python3, -u, examples/ddp_train.py, --steps, '100000', --step-sleep, '0.2',"

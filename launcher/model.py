@@ -81,6 +81,7 @@ class Job:
     sbatch_off: Tuple[str, ...] = ()  # options the spec switched off (`false`)
     requeue: Optional[Requeue] = None
     spare_nodes: int = 0  # beyond `nodes`, waiting (launcher.features.spare)
+    heartbeat_timeout: int = 60  # s: a node silent this long is lost (features.spare: why 60)
     arch: Optional[str] = None  # the partition's: x86_64 | aarch64 (check --image compares)
 
 

@@ -15,7 +15,8 @@ code (launcher/node/job.sh ``jsc_spare_nodes``, ``jsc_spares_launch``; launcher/
   runtime's per-node set-up reaches the spares too).
 - The launch: ``jsc_spares_launch TIMEOUT srun --nodes=1 ...``: one step per training node
   (the supervisor names the node), each task ``python3 -I "$kit/node/run.py" spares beat --``
-  before the runtime and the agent: a heartbeat to the batch host every second.
+  before the runtime and the agent: a heartbeat to the batch host every second. TIMEOUT is
+  ``job.heartbeat_timeout`` (60 s: longer than the InfiniBand trouble NCCL rides out itself).
 - Only launch mode torchrun recovers in place (its per-node agent re-rendezvouses); the other
   modes refuse the key in one line: they recover by job.requeue only.
 - ``launch.max_restarts`` defaults to K with spares: an agent whose workers failed on a dead
@@ -43,8 +44,21 @@ KEYS = (
         "of a training node whose heartbeat stopped, in the same job "
         "([spare nodes](../guide/spare-nodes.md)); launch mode `torchrun` only; writes "
         "`--nodes=nodes+spare_nodes --no-kill`"),
+    Key(("job.heartbeat_timeout",),
+        "int seconds, 60",
+        "with `job.spare_nodes`: a training node whose heartbeat (once a second over the "
+        "fabric) stopped this long is silent; after Slurm is asked about it, it is replaced by "
+        "a spare. Longer than the fabric trouble NCCL rides out by itself (InfiniBand retries: "
+        "about 30 s with NCCL's defaults), so that a blip replaces nothing; every training "
+        "node waits 3 times as long plus 4 to 60 s for the batch host's answers before it "
+        "requeues or ends the job ([spare nodes](../guide/spare-nodes.md#the-heartbeat))"),
 )
-HEARTBEAT_TIMEOUT_S = 10  # a training node silent this long is lost (launcher/node/spares.py)
+# A training node silent this long is lost (launcher/node/spares.py). NCCL over InfiniBand
+# retries a dead link for 4.096 us x 2^NCCL_IB_TIMEOUT x NCCL_IB_RETRY_CNT: with NCCL's defaults
+# (20, 7) about 30 s, which a subnet manager sweep or a switch reboot may use up; the heartbeat
+# must not give up first. JSC's recipes raise the retries (NCCL_IB_RETRY_CNT=10). The value
+# itself is the model's default (launcher.model.Job.heartbeat_timeout).
+HEARTBEAT_TIMEOUT_S: int = Job.heartbeat_timeout
 NTRAIN = Var("ntrain")  # set by jsc_spare_nodes: the training nodes, torchrun's --nnodes
 # Set by the supervisor for each step (launcher/node/spares.py): read by the agent inside
 # the container, so Enroot must forward them and pyxis keep them.
@@ -97,7 +111,13 @@ class SpareFeature(Feature):
         if job.nodes + spare > MAX_NODES:
             raise r.fail("job.spare_nodes", f"job.nodes ({job.nodes}) + job.spare_nodes is "
                          f"{job.nodes + spare} nodes, over the limit of {MAX_NODES}", spare)
-        return replace(job, spare_nodes=spare)
+        if "heartbeat_timeout" not in m:
+            return replace(job, spare_nodes=spare)
+        timeout = r.integer("job.heartbeat_timeout", m["heartbeat_timeout"], 5, 3600)
+        if not spare:
+            raise r.fail("job.heartbeat_timeout", "is the spare nodes' heartbeat: it needs "
+                         "job.spare_nodes >= 1", timeout)
+        return replace(job, spare_nodes=spare, heartbeat_timeout=timeout)
 
     def load_launch(self, r: Reader, m: Mapping[str, Any], job: Job, launch: Launch,
                     mode: LaunchMode) -> Launch:
@@ -128,7 +148,7 @@ class SpareFeature(Feature):
     def launch_step(self, ctx: Context, step: Step) -> Step:
         if not ctx.spec.job.spare_nodes or ctx.purpose == "submitit":
             return step
-        return spares_step(step)
+        return spares_step(step, ctx.spec.job.heartbeat_timeout)
 
 
 SPARE = SpareFeature()

@@ -559,8 +559,11 @@ jsc_spare_nodes() {  # TRAIN
 }
 
 # The launch with spares: one srun step per training node (SRUN... without a node list; the
-# supervisor names each node), a node whose heartbeat stopped for TIMEOUT s replaced by a spare;
-# with launch.hang_action replace (jsc_watch_args) the supervisor runs the progress deadline too.
+# supervisor names each node). Each step's task starts with the node's heartbeat (spares beat,
+# in the step: ending the step through Slurm ends it too), keyed by a secret the supervisor
+# draws and hands over in the environment. A node silent for TIMEOUT s (job.heartbeat_timeout)
+# is replaced by a spare after Slurm was asked about it (launcher/node/spares.py); with
+# launch.hang_action replace (jsc_watch_args) the supervisor runs the progress deadline too.
 # Where the batch host is lost (Slurm keeps a --no-kill job without its script running until
 # its time limit), the nodes end the job: requeue it where job.requeue has requeues left.
 jsc_spares_launch() {  # TIMEOUT SRUN...

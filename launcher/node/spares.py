@@ -2,30 +2,42 @@
 
 Where it sits: the jobscript (torchrun mode with spares) runs ``spares run`` in the batch shell
 on the batch host instead of one srun across all nodes. It starts one srun step per training
-node (``--nodelist=NODE`` put after ``srun``), each task ``spares beat -- AGENT...``, and
-listens for their heartbeats (UDP, one datagram a second from each node to the batch host).
-A node whose step still runs but whose heartbeat stopped for TIMEOUT s is lost: one line in the
-job log, and a spare's step is started in its place. torch's c10d rendezvous (its store in the
-agent on the batch host, node 0) drops the silent agent after its keep-alive (3 x 5 s); the
-spare's agent then waits to join, the surviving agents restart their workers for the new round
-(a membership change: it costs none of --max_restarts) and the program resumes from its last
-checkpoint through its own resume path. The job must run with ``sbatch --no-kill``, so that
-Slurm, when it marks the node down (SlurmdTimeout), ends that node's step and not the job.
+node (``--nodelist=NODE`` put after ``srun``), each task ``spares beat -- AGENT...``
+(launcher/node/heartbeat.py: an authenticated UDP heartbeat to the batch host every second),
+and decides here, on a loop that never waits for anything but a short poll:
+
+- The heartbeats are received, checked and stamped on a thread of their own
+  (heartbeat.Listener); Slurm's commands run on threads of their own, each with a timeout
+  (launcher/node/slurmstate.py). A stalled controller or shared filesystem can delay a
+  replacement, never the answers that tell the nodes their batch host lives.
+- A node whose step still runs but whose heartbeat stopped for TIMEOUT s (job.heartbeat_timeout)
+  is silent; Slurm is asked for the silent nodes' state first (``sinfo``), and
+  slurmstate.triage decides: a node Slurm says is gone, or a few whose fabric went quiet, are
+  replaced; a silence that hit the batch host's own heartbeat, most training nodes at once, or
+  more nodes than spares is waited out (one line), never answered by burning the spares.
+- Replacing a node ends its step through Slurm first (``scancel --signal=KILL JOB.STEP``, the
+  controller reaches it over the management network): its heartbeat, its agent and its ranks
+  die with it, so a node whose fabric died but which lives keeps no rank running and cannot
+  end the job when it stops hearing the batch host. Should that fail, its heartbeat is
+  answered "replaced" whenever it is heard again, and it ends its agent and never acts.
+- One line in the job log, the spare's step started in the slot. torch's c10d rendezvous (its
+  store in the agent on the batch host, node 0) drops the silent agent after its keep-alive
+  (3 x 5 s); the spare's agent joins, the surviving agents restart their workers for the new
+  round (a membership change: it costs none of --max_restarts) and the program resumes from
+  its last checkpoint. The job runs with ``sbatch --no-kill``, so that Slurm, when it marks
+  the node down, ends that node's step and not the job.
 
 A node that hangs but lives (launch.hang_action replace: ``--hang DIR TIMEOUT PERIOD
-KILL_AFTER N COLLECTOR...``): the progress deadline's watcher (launcher.node.stacks ``watch``,
-the loop the jobscript runs without spares) runs here in a thread; after the stacks it asks
-the main loop (a queue: only the main loop starts and ends steps) to replace the nodes of the
-ranks behind (:func:`hang_refusal` says when not: none behind, the batch host, too few
-spares; the job then ends as without replace). The hung node's step is ended by Slurm
-(``scancel --signal=KILL`` of its step), a spare's started in its slot, and the deadline starts
-again from then, as after a node lost by heartbeat.
+KILL_AFTER N COLLECTOR...``): the progress deadline's watcher (launcher.node.stacks ``watch``)
+runs here in a thread; after the stacks it asks the main loop (a queue: only the main loop
+starts steps) to replace the nodes of the ranks behind (:func:`hang_refusal` says when not).
+Their steps are ended as a lost node's, a spare's started in the slot, and the deadline starts
+again from then.
 
 When no spare is left: with job.requeue ($REQUEUE_MARKER set) the marker says why, the steps
-end and the jobscript's verdict requeues (the program resumes from its last periodic
-checkpoint); without, the job ends with status 1. The batch host itself (node 0: the batch
-script, this supervisor and the rendezvous store) cannot be replaced: Slurm ends the job with
-it, and requeues it where job.requeue is set.
+end and the jobscript's verdict requeues; without, the job ends with status 1. The batch host
+itself (node 0: the batch script, this supervisor and the rendezvous store) cannot be
+replaced: each node's heartbeat ends the job when it stops answering (heartbeat.host_lost).
 
     python3 -I KIT/node/run.py spares run JOB TIMEOUT HOST TRAIN SPARES [--hang DIR T P K N
         COLLECTOR...] -- SRUN... (batch host)
@@ -38,7 +50,6 @@ node was lost with no spare left and no requeue. Standard library only, Python >
 
 import os
 import queue
-import select
 import signal
 import socket
 import subprocess
@@ -46,25 +57,59 @@ import sys
 import threading
 import time
 
-from launcher.node import stacks
+from launcher.node import heartbeat, slurmstate, stacks
+from launcher.node.heartbeat import log
 from launcher.node.stacks import time_text
 
-BEAT_ENV = "TORCHRUN_JSC_BEAT"  # HOST:PORT the heartbeats go to, set for the steps by ``run``
 NODE_RANK_ENV = "TORCHRUN_JSC_NODE_RANK"  # the slot's node rank (0: the batch host, the store)
-BEAT_EVERY_S = 1.0
-HOST_TIMEOUT_S = 30.0  # no answer from the batch host for this long: it is lost
-HOST_LOST_ENV = "TORCHRUN_JSC_HOST_LOST"  # requeue | cancel: what a node does then
-START_GRACE_S = 60.0  # a step's first heartbeat may come this much later (srun, the node's python3)
 STOP_WAIT_S = 30.0  # how long the others' steps get to end after SIGTERM
 POLL_S = 0.25
-
-
+END_TRIES = 3  # squeue + scancel of a lost node's step, before SIGTERM to its srun
 TIMELINE_ENV = "TORCHRUN_JSC_TIMELINE"  # the job's timeline folder (launcher/node/job.sh)
 
 
-def log(line):
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+def limits(timeout, ntrain):
+    """What the heartbeat timeout (job.heartbeat_timeout) implies, in seconds: (a Slurm
+    command's timeout, the nodes' batch host timeout, the grace for a step's first beat).
+
+    The nodes wait for their batch host long enough that a lost node's step is ended through
+    Slurm (its state asked, its step listed and cancelled: three calls) before its own
+    heartbeat could give up on the batch host: 3 x TIMEOUT + 2 x the call timeout (10 s: 50 s;
+    60 s: 240 s). The first heartbeat comes after srun created the step (one at a time at the
+    controller) and the node's python3 started: 60 s, and a quarter second a node beyond."""
+    call = min(30.0, max(2.0, float(timeout)))
+    return call, 3.0 * timeout + 2.0 * call, 60.0 + 0.25 * ntrain
+
+
+def background(target, *args):
+    """Run ``target`` on a thread of its own (daemon): what may block stays off the loop."""
+    thread = threading.Thread(target=target, args=args)
+    thread.daemon = True
+    thread.start()
+    return thread
+
+
+class Marks(object):
+    """The timeline's marks, written in order by one thread of their own: the file is on
+    shared storage, whose stalls must not stop the loop."""
+
+    def __init__(self):
+        self.queue = queue.Queue()
+        self.thread = background(self.serve)
+
+    def serve(self):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            timeline_mark(*item)
+
+    def put(self, phase, who):
+        self.queue.put((phase, who, time.time()))
+
+    def close(self, wait_s=5.0):
+        self.queue.put(None)
+        self.thread.join(wait_s)
 
 
 def timeline_mark(phase, who, when, env=os.environ):
@@ -81,98 +126,6 @@ def timeline_mark(phase, who, when, env=os.environ):
     except OSError:
         pass
 
-
-# --- each node: the heartbeat ---------------------------------------------------------------
-
-def _ignore(signum, frame):
-    """Signals for the step reach every process of it (slurmstepd's proctrack): the agent gets
-    them itself. The heartbeat must not die of one (SIGUSR2 of job.requeue, SIGTERM while the
-    agent stops its workers): it ends when the agent ends. A handler, not SIG_IGN: a handler
-    is reset at exec, so the agent gets the default dispositions."""
-
-
-def beat(argv, env=None, host_timeout=None):
-    """Run ARGV as a child; send this node's name to $TORCHRUN_JSC_BEAT every second while it
-    runs; return its exit status (128 + N for a signal N).
-
-    The supervisor answers every heartbeat. Once it answered and then stayed silent for
-    HOST_TIMEOUT_S, the batch host is lost: Slurm keeps a --no-kill job whose batch host died
-    RUNNING without its batch script until the time limit (lab, Slurm 24.11: "Removing
-    failed node jwb0001 from JobId=42"), so this node ends it: ``scontrol requeue`` where
-    $TORCHRUN_JSC_HOST_LOST is ``requeue`` (job.requeue with requeues left), else
-    ``scancel``. Every node does it; the first one wins, the others find the job gone."""
-    env = os.environ if env is None else env
-    host_timeout = HOST_TIMEOUT_S if host_timeout is None else host_timeout
-    host, _, port = env.get(BEAT_ENV, "").rpartition(":")
-    node = env.get("SLURMD_NODENAME") or socket.gethostname()
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
-                signal.SIGALRM, signal.SIGURG):
-        signal.signal(sig, _ignore)
-    target = None
-    if host and port.isdigit():
-        try:
-            target = socket.getaddrinfo(host.strip("[]"), int(port), 0, socket.SOCK_DGRAM)[0]
-        except OSError as e:
-            sys.stderr.write("spares beat: cannot resolve {} ({}): no heartbeat from {}\n".format(
-                host, e, node))
-    sock = socket.socket(target[0], socket.SOCK_DGRAM) if target else None
-    state = {"seq": 0, "sent": 0.0, "answered": None, "acted": False}
-
-    def send():
-        state["sent"] = time.time()
-        try:
-            sock.sendto("{} {} {}".format(node, os.getpid(), state["seq"]).encode(), target[4])
-        except OSError:
-            pass  # the network is down: the supervisor notices the silence
-        state["seq"] += 1
-
-    if sock is not None:
-        send()  # the first before the agent starts: the node is alive from here on
-    child = subprocess.Popen(argv)
-    while child.poll() is None:
-        if sock is None:
-            try:
-                child.wait(timeout=BEAT_EVERY_S)
-            except subprocess.TimeoutExpired:
-                pass
-            continue
-        wait = max(0.0, state["sent"] + BEAT_EVERY_S - time.time())
-        if select.select([sock], [], [], min(wait, 0.2))[0]:
-            try:
-                sock.recv(64)
-                state["answered"] = time.time()
-            except OSError:
-                pass
-        if time.time() >= state["sent"] + BEAT_EVERY_S:
-            send()
-        answered = state["answered"]
-        if answered is not None and not state["acted"] and \
-                time.time() - answered > host_timeout:
-            state["acted"] = True
-            host_lost(env, node, host, time.time() - answered)
-    rc = child.returncode
-    return 128 - rc if rc < 0 else rc
-
-
-def host_lost(env, node, host, silent):
-    """End a job whose batch host is gone (see beat): requeue or cancel, one line."""
-    job = env.get("SLURM_JOB_ID", "")
-    action = "requeue" if env.get(HOST_LOST_ENV) == "requeue" else "cancel"
-    argv = ["scontrol", "requeue", job] if action == "requeue" else ["scancel", job]
-    sys.stderr.write("job {}: node {}: the batch host {} has not answered for {:.0f} s at {}: "
-                     "it is lost with the job's script and rendezvous store; {} the job "
-                     "({})\n".format(job, node, host, silent, time_text(time.time()),
-                                     "requeueing" if action == "requeue" else "cancelling",
-                                     " ".join(argv)))
-    sys.stderr.flush()
-    if job:
-        try:
-            subprocess.call(argv)
-        except OSError as e:  # no Slurm commands here (e.g. inside a pyxis container)
-            sys.stderr.write("job {}: node {}: {}: {}\n".format(job, node, argv[0], e))
-
-
-# --- the batch host: the supervisor -------------------------------------------------------------
 
 class Slot(object):
     """One training node's place: the node in it now and its step."""
@@ -204,54 +157,71 @@ def hang_refusal(nodes, train, spares):
     return None
 
 
-def node_steps(job, node, lines):
-    """The ids of the job's steps that run on ``node`` alone, from ``squeue -h -s -j JOB -o
-    "%i %N"`` lines (the per-node steps; not the batch or extern step, nor a step across
-    several nodes such as the stack collector's)."""
-    prefix = "{}.".format(job)
-    out = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 2 and parts[1] == node and parts[0].startswith(prefix) \
-                and parts[0][len(prefix):].isdigit():
-            out.append(parts[0])
-    return out
-
-
 class Supervisor(object):
-    def __init__(self, job, timeout, train, spares, srun, marker=None, now=time.time,
+    def __init__(self, job, timeout, train, spares, srun, marker=None, now=time.monotonic,
                  hang=None):
         self.job, self.timeout = job, timeout
         self.slots = [Slot(i, n) for i, n in enumerate(train)]
         self.spares = list(spares)
         self.srun = list(srun)
         self.marker = marker
-        self.now = now
-        self.last = {}  # node -> time of its last heartbeat
+        self.now = now  # monotonic: the listener stamps heartbeats on the same clock
+        self.call_s, self.host_timeout, self.grace = limits(timeout, len(self.slots))
         self.lost = []  # Popen of steps on lost nodes (ended at the end, never waited for)
-        self.sock = None
+        self.listener = None
+        self.key = heartbeat.new_key()
         self.beat_addr = ""
+        self.via = ""
+        self.wake = threading.Event()  # set by a background thread that has an answer
+        self.check = None  # the silent nodes' state asked of Slurm: {"nodes", "states"}
+        self.next_check = 0.0
+        self.held = None  # why silent nodes are waited for (said once)
+        # the nodes silent (or half-way there) since every node last beat: one fault
+        self.episode = set()
+        self.enders = []  # threads ending lost nodes' steps
+        self.marks = Marks()
         # launch.hang_action replace: (DIR, TIMEOUT, PERIOD, KILL_AFTER, COLLECTOR) of the
         # progress deadline, run here in a thread (stacks.watch); it asks the main loop
         # through ``hangs`` to replace the nodes behind (only the main loop starts steps).
         self.hang = hang
         self.hangs = queue.Queue()
-        self.replaced_at = None  # when a node was last replaced: the deadline starts there
+        # when a node was last replaced (epoch, as the progress marks): the deadline starts there
+        self.replaced_at = None
         self.watcher = None
 
     def listen(self, host):
-        """A UDP socket on all addresses; the steps send to HOST (the batch host's fabric
-        name, the rendezvous host) at its port."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_DGRAM)
-        self.sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", 0))
-        port = self.sock.getsockname()[1]
-        self.beat_addr = "{}:{}".format("[{}]".format(host) if ":" in host else host, port)
+        """The heartbeats' listener on all addresses; the steps send to HOST (the batch host's
+        fabric name, the rendezvous host) at its port."""
+        self.listener = heartbeat.Listener(self.key, len(self.slots) + len(self.spares),
+                                           clock=self.now)
+        self.listener.start()
+        if self.listener.rcvbuf_capped:
+            log("job {}: spares: the heartbeats' receive buffer is {} bytes, {} asked for {} "
+                "nodes (net.core.rmem_max caps it)".format(
+                    self.job, self.listener.rcvbuf_granted, self.listener.rcvbuf_asked,
+                    len(self.slots) + len(self.spares)))
+        self.beat_addr = "{}:{}".format("[{}]".format(host) if ":" in host else host,
+                                        self.listener.port)
+        # the batch host's own name: on the management network where the fabric has
+        # another (JSC: jwb0001 and jwb0001i); a node whose fabric died asks by it
+        own = socket.gethostname()
+        if own and own != host:
+            self.via = "{}:{}".format(own, self.listener.port)
+
+    @property
+    def last(self):
+        return self.listener.last if self.listener is not None else {}
 
     def start(self, slot, node):
         slot.node, slot.rc, slot.started = node, None, self.now()
         env = dict(os.environ)
-        env[BEAT_ENV] = self.beat_addr
+        env[heartbeat.BEAT_ENV] = self.beat_addr
+        env[heartbeat.KEY_ENV] = self.key  # the environment, not argv: ps shows argv
+        env[heartbeat.HOST_TIMEOUT_ENV] = "{:g}".format(self.host_timeout)
+        if self.via:
+            env[heartbeat.VIA_ENV] = self.via
+        if self.listener is not None and self.listener.family == socket.AF_INET:
+            env[heartbeat.FAMILY_ENV] = "4"
         env[NODE_RANK_ENV] = str(slot.rank)
         # torch >= 2.4 shares the rendezvous store with the workers (MASTER_ADDR/PORT): rank
         # 0 publishes that address once, in its first round, and an agent that joins a later
@@ -262,21 +232,6 @@ class Supervisor(object):
         argv = [self.srun[0], "--nodelist=" + node] + self.srun[1:]
         slot.proc = subprocess.Popen(argv, env=env)
 
-    def receive(self, wait):
-        ready = select.select([self.sock], [], [], wait)[0]
-        while ready:
-            try:
-                data, addr = self.sock.recvfrom(512)
-            except OSError:
-                break
-            node = data.decode("ascii", "replace").split(" ", 1)[0]
-            self.last[node] = self.now()
-            try:
-                self.sock.sendto(b"ok", addr)  # the node knows its batch host lives
-            except OSError:
-                pass
-            ready = select.select([self.sock], [], [], 0)[0]
-
     def beaten(self, slot):
         """Has the slot's node sent a heartbeat since its step started?"""
         return self.last.get(slot.node, -1.0) >= slot.started
@@ -284,7 +239,7 @@ class Supervisor(object):
     def silent_for(self, slot):
         """Seconds since the slot's node last beat, and the limit for it."""
         if not self.beaten(slot):
-            return self.now() - slot.started, self.timeout + START_GRACE_S
+            return self.now() - slot.started, self.timeout + self.grace
         return self.now() - self.last[slot.node], self.timeout
 
     def stop_all(self, why):
@@ -306,19 +261,56 @@ class Supervisor(object):
     def spares_left(self):
         return "{} spare{} left".format(len(self.spares), "" if len(self.spares) == 1 else "s")
 
-    def replace(self, slot, silent, why=None):
-        node, now = slot.node, self.now()
-        log("job {}: node {} lost at {}: {}".format(
-            self.job, node, time_text(now), why or "no heartbeat for {:.0f} s".format(silent)))
-        timeline_mark("node_lost", node, now)
+    def end_step(self, node, proc):
+        """End a replaced node's step (a background thread): SIGKILL to every process of it
+        through Slurm, by its step id (its heartbeat, agent and ranks; a rank stuck in the
+        kernel too), a few tries; else SIGTERM to its srun, which passes it on."""
+        why = "its step is not listed"
+        for _ in range(END_TRIES):
+            if proc is not None and proc.poll() is not None:
+                return  # its srun ended: the step is gone
+            rc, out = slurmstate.call(["squeue", "-h", "-s", "-j", str(self.job), "-o",
+                                       "%i %N"], self.call_s)
+            if rc != 0:
+                why = "squeue: {}".format(out)
+                continue
+            ids = slurmstate.node_steps(self.job, node, out.splitlines())
+            if not ids:
+                break
+            rc, out = slurmstate.call(["scancel", "--signal=KILL"] + ids, self.call_s)
+            if rc == 0:
+                log("job {}: the step of {} was ended through Slurm (scancel --signal=KILL "
+                    "{})".format(self.job, node, " ".join(ids)))
+                return
+            why = "scancel: {}".format(out)
+        log("job {}: the step of {} could not be ended through Slurm ({}): SIGTERM to its "
+            "srun".format(self.job, node, why))
+        try:
+            proc.send_signal(signal.SIGTERM)  # srun passes it on to the step's tasks
+        except (OSError, AttributeError):
+            pass
+
+    def retire(self, slot):
+        """The slot's node leaves the job: answered "replaced", its step ended."""
+        if self.listener is not None:
+            self.listener.replaced.add(slot.node)
         self.lost.append(slot.proc)
+        self.enders.append(background(self.end_step, slot.node, slot.proc))
+
+    def replace(self, slot, silent, why=None):
+        node = slot.node
+        log("job {}: node {} lost at {}: {}".format(
+            self.job, node, time_text(time.time()),
+            why or "no heartbeat for {:.0f} s".format(silent)))
+        self.marks.put("node_lost", node)
+        self.retire(slot)
         if self.spares:
             spare = self.spares.pop(0)
-            timeline_mark("spare_started", spare, self.now())
+            self.marks.put("spare_started", spare)
             log("job {}: spare {} takes the place of {} (node rank {}; {})".format(
                 self.job, spare, node, slot.rank, self.spares_left()))
             self.start(slot, spare)
-            self.replaced_at = self.now()
+            self.replaced_at = time.time()
             return None
         if self.marker:
             with open(self.marker, "w") as f:
@@ -329,6 +321,47 @@ class Supervisor(object):
         self.stop_all("no spare left for {} (job.requeue not set: the job ends)".format(node))
         return 1
 
+    # --- silent nodes: ask Slurm, then triage ---------------------------------------------
+
+    def ask(self, nodes):
+        """Ask Slurm for the nodes' state on a thread of its own; the loop looks again later."""
+        check = {"nodes": list(nodes), "states": None}
+
+        def run():
+            rc, out = slurmstate.call(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o",
+                                       "%N %T"], self.call_s)
+            check["states"] = slurmstate.node_states(out.splitlines()) if rc == 0 else {}
+            self.wake.set()
+
+        self.check = check
+        background(run)
+
+    def look(self, silent):
+        """The silent slots of this round: replace those triage says; None, or the job's
+        status when a replacement ended it."""
+        nodes = [s.node for s in silent]
+        check = self.check
+        if check is None or (check["states"] is not None and not set(nodes) <= set(
+                check["nodes"])):
+            if self.now() >= self.next_check:
+                self.ask(nodes)
+            return None
+        if check["states"] is None:
+            return None  # Slurm has not answered yet
+        replace, why = slurmstate.triage(nodes, check["states"], [s.node for s in self.slots],
+                                         len(self.spares), sorted(self.episode - set(nodes)))
+        self.check = None
+        if why is not None:
+            if why != self.held:
+                log("job {}: {}".format(self.job, why))
+            self.held, self.next_check = why, self.now() + self.timeout
+        for slot in silent:
+            if slot.node in replace:
+                verdict = self.replace(slot, self.silent_for(slot)[0])
+                if verdict is not None:
+                    return verdict
+        return None
+
     # --- launch.hang_action replace ---------------------------------------------------------
 
     def on_hang(self, nodes, idle, text):
@@ -336,30 +369,8 @@ class Supervisor(object):
         not. Answered by the main loop (:meth:`step`), which alone starts and ends steps."""
         answer = queue.Queue(1)
         self.hangs.put((nodes, idle, answer))
+        self.wake.set()
         return answer.get()
-
-    def end_step(self, slot):
-        """End the hung node's step now (SIGKILL to every process of it, through Slurm: a
-        rank stopped or stuck in the kernel goes too), so that its agent leaves the
-        rendezvous and its ranks their collectives; by its step id, else through its srun."""
-        try:
-            listed = subprocess.run(["squeue", "-h", "-s", "-j", str(self.job), "-o", "%i %N"],
-                                    stdout=subprocess.PIPE, universal_newlines=True,
-                                    timeout=60).stdout.splitlines()
-        except (OSError, subprocess.SubprocessError) as exc:
-            sys.stderr.write("spares: squeue: {}\n".format(exc))
-            listed = []
-        ids = node_steps(self.job, slot.node, listed)
-        if ids:
-            try:
-                subprocess.call(["scancel", "--signal=KILL"] + ids)
-                return
-            except OSError as exc:
-                sys.stderr.write("spares: scancel: {}\n".format(exc))
-        try:
-            slot.proc.send_signal(signal.SIGTERM)  # srun passes it on to the step's tasks
-        except OSError:
-            pass
 
     def hung(self, nodes, idle):
         """Replace the hung ``nodes`` by spares (their stacks are written): None, or why not."""
@@ -371,15 +382,14 @@ class Supervisor(object):
             spare = self.spares.pop(0)
             log("job {}: node {} hung at {} (no progress for {:.0f} s, its stacks above): "
                 "replaced by spare {} (node rank {}; {})".format(
-                    self.job, node, time_text(self.now()), idle, spare, slot.rank,
+                    self.job, node, time_text(time.time()), idle, spare, slot.rank,
                     self.spares_left()))
             # on the job's timeline as a recovery like a lost node's (its round, the spare)
-            timeline_mark("node_lost", node, self.now())
-            self.end_step(slot)
-            self.lost.append(slot.proc)
-            timeline_mark("spare_started", spare, self.now())
+            self.marks.put("node_lost", node)
+            self.retire(slot)
+            self.marks.put("spare_started", spare)
             self.start(slot, spare)
-        self.replaced_at = self.now()
+        self.replaced_at = time.time()
         return None
 
     def start_watcher(self):
@@ -392,12 +402,14 @@ class Supervisor(object):
         self.watcher.start()
 
     def step(self):
-        """One round: heartbeats, the watcher's questions, ended steps, silent nodes. The
-        job's status when done."""
-        self.receive(POLL_S)
+        """One round: the watcher's questions, ended steps, silent nodes. The job's status
+        when done."""
+        self.wake.wait(POLL_S)
+        self.wake.clear()
         while not self.hangs.empty():
             nodes, idle, answer = self.hangs.get()
             answer.put(self.hung(nodes, idle))
+        silent, quiet = [], []
         for slot in self.slots:
             if slot.rc is not None:
                 continue
@@ -419,11 +431,22 @@ class Supervisor(object):
                     self.stop_all("the step on {} failed".format(slot.node))
                     return rc
                 continue
-            silent, limit = self.silent_for(slot)
-            if silent > limit:
-                verdict = self.replace(slot, silent)
-                if verdict is not None:
-                    return verdict
+            elapsed, limit = self.silent_for(slot)
+            if elapsed > limit:
+                silent.append(slot)
+            elif self.beaten(slot) and elapsed > self.timeout / 2.0:
+                quiet.append(slot.node)
+        self.episode |= set(s.node for s in silent) | set(quiet)
+        if silent:
+            verdict = self.look(silent)
+            if verdict is not None:
+                return verdict
+        elif not quiet:
+            if self.held is not None:
+                log("job {}: every training node beats again: nothing was replaced".format(
+                    self.job))
+            self.held, self.check, self.next_check = None, None, 0.0
+            self.episode = set()
         if all(slot.rc == 0 for slot in self.slots):
             return 0
         return None
@@ -439,14 +462,19 @@ class Supervisor(object):
                 if verdict is not None:
                     return verdict
         finally:
+            for thread in self.enders:  # a lost node's step ended before the job's end
+                thread.join(END_TRIES * 2 * self.call_s + 1)
             for proc in self.lost:  # a dead node's srun waits for Slurm's SlurmdTimeout
-                if proc.poll() is None:
+                if proc is not None and proc.poll() is None:
                     proc.kill()
             if self.watcher is not None and self.watcher.is_alive() and \
                     os.path.exists(os.path.join(self.hang[0], stacks.VERDICT)):
                 # it ended the job: its SIGKILL to the steps still left comes KILL_AFTER s
                 # after its SIGTERM (the jobscript prints its line once this returns)
                 self.watcher.join(self.hang[3] + 60)
+            if self.listener is not None:
+                self.listener.stop()
+            self.marks.close()
 
 
 def nodes(text):
@@ -455,7 +483,7 @@ def nodes(text):
 
 def main(argv):
     if argv[:1] == ["beat"] and len(argv) > 2 and argv[1] == "--":
-        return beat(argv[2:])
+        return heartbeat.beat(argv[2:])
     hang, rest = None, argv[6:]
     if rest[:1] == ["--hang"] and len(rest) > 5 and rest[5].isdigit():
         count = int(rest[5])

@@ -507,9 +507,9 @@ def job_steps(job_id, squeue_lines):
 
 
 def _scancel(args):
-    try:
-        subprocess.call(["scancel"] + args)
-    except OSError as exc:
+    try:  # a controller that does not answer must not hold the watcher for ever
+        subprocess.call(["scancel"] + args, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
         print("watch: scancel: %s" % exc, file=sys.stderr)
 
 

@@ -1,9 +1,12 @@
-"""Ring 2: the spare-node supervisor (launcher/node/spares.py) with a local stand-in for srun.
+"""Ring 2: the spare-node supervisor (launcher/node/spares.py) with local stand-ins for srun,
+squeue, scancel and sinfo (tests/helpers/sparefakes.py).
 
-The stand-in runs each step here with SLURMD_NODENAME=NODE (from the --nodelist the supervisor
-puts after srun); the heartbeats are real UDP datagrams over loopback. A node is "lost" when its
-task stops its heartbeat process with SIGSTOP: the step still runs, the heartbeats stop, as
-when a node's network is gone. The real thing, a killed lab node, is tests/lab/test_spare_nodes.py.
+The stand-in srun runs each step here with SLURMD_NODENAME=NODE (from the --nodelist the
+supervisor puts after srun); the heartbeats are real UDP datagrams over loopback. A node is
+"lost" when its task stops its heartbeat process with SIGSTOP: the step still runs, the
+heartbeats stop, as when a node's network is gone. The faults of tests/fakes/test_spare_faults.py
+(a fabric cut, a blip, a stalled controller, forged heartbeats) use a relay for the fabric. The
+real thing, a killed lab node, is tests/lab/test_spare_nodes.py.
 """
 
 from __future__ import annotations
@@ -15,21 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.node import heartbeat
+from tests.helpers import sparefakes
+
 REPO = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-I", str(REPO / "launcher/node/run.py")]
-
-FAKE_SRUN = """#!/bin/bash
-# srun --nodelist=NODE ARGV...: the step, here, on "NODE", in a process group of its own that
-# SIGTERM ends (the real srun passes it to the step's tasks); on a node in $DEAD none starts
-# (srun: error: Node failure) and srun ends with 0, as Slurm 24.11's did in the lab
-node=${1#--nodelist=}; shift
-if [[ " ${DEAD:-} " == *" $node "* ]]; then echo "srun: error: Node failure on $node" >&2; exit 0; fi
-SLURMD_NODENAME="$node" setsid "$@" &
-step=$!
-trap 'kill -KILL -- "-$step"' TERM
-wait "$step"
-wait "$step"
-"""
 
 # The agent's stand-in: prints its node and slot; LOSE (a node name) stops its own heartbeat
 # there; FAIL=NODE:STATUS ends there with STATUS; else it runs for HOLD seconds.
@@ -48,12 +41,10 @@ time.sleep(float(os.environ.get("HOLD", "3")))
 
 
 def supervise(tmp_path: Path, train: str, spares: str, **env: str) -> subprocess.CompletedProcess:
-    srun = tmp_path / "srun"
-    srun.write_text(FAKE_SRUN)
-    srun.chmod(0o755)
     argv = [*RUN, "spares", "run", "42", "4", "127.0.0.1", train, spares, "--",
-            str(srun), *RUN, "spares", "beat", "--", sys.executable, "-c", TASK]
+            "srun", *RUN, "spares", "beat", "--", sys.executable, "-c", TASK]
     full_env = {k: v for k, v in os.environ.items() if k != "REQUEUE_MARKER"}
+    full_env.update(sparefakes.install(tmp_path / "fake"))
     full_env.update(env)
     # Output to files, not pipes: the lost node's stopped heartbeat keeps them open. Appended
     # (O_APPEND), and each task writes its line in one write(2): lines of several tasks never
@@ -142,36 +133,67 @@ def test_a_spare_whose_step_never_started_is_lost_too(tmp_path):
     assert "TASK n4 1 1 " in out, out
 
 
-def test_a_node_ends_the_job_when_the_batch_host_stops_answering(tmp_path):
-    """The supervisor (here the test) answers two heartbeats, then goes silent as a dead batch
-    host: after the host timeout the node requeues the job (a stand-in scontrol records it)
-    and one line says why; the agent (a sleep) runs on until it ends by itself."""
+def beat_alone(tmp_path: Path, agent: str, host_timeout: float = 1.5):
+    """A node's heartbeat (heartbeat.beat) with the test as its batch host: (process, socket,
+    key); a stand-in scontrol and scancel record what the node calls."""
     import socket as socketlib
 
-    (tmp_path / "scontrol").write_text('#!/bin/sh\necho "$@" >>"${0%/*}/called"\n')
-    (tmp_path / "scontrol").chmod(0o755)
+    for name in ("scontrol", "scancel"):
+        (tmp_path / name).write_text('#!/bin/sh\necho "${0##*/} $*" >>"${0%/*}/called"\n')
+        (tmp_path / name).chmod(0o755)
     sock = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
     sock.settimeout(5)
+    key = heartbeat.new_key()
     env = dict(os.environ, TORCHRUN_JSC_BEAT=f"127.0.0.1:{sock.getsockname()[1]}",
-               SLURM_JOB_ID="42", SLURMD_NODENAME="n2", TORCHRUN_JSC_HOST_LOST="requeue",
-               PATH=f"{tmp_path}:{os.environ['PATH']}")
-    code = ("import sys; from launcher.node.spares import beat; "
-            "sys.exit(beat([sys.executable, '-c', 'import time; time.sleep(5)'], "
-            "host_timeout=1.5))")
+               TORCHRUN_JSC_BEAT_KEY=key, SLURM_JOB_ID="42", SLURMD_NODENAME="n2",
+               TORCHRUN_JSC_HOST_LOST="requeue", PATH=f"{tmp_path}:{os.environ['PATH']}")
+    code = ("import sys; from launcher.node.heartbeat import beat; "
+            f"sys.exit(beat([sys.executable, '-c', {agent!r}], host_timeout={host_timeout}))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env,
                             stderr=subprocess.PIPE, text=True)
+    return proc, sock, key
+
+
+def test_a_node_ends_the_job_when_the_batch_host_stops_answering(tmp_path):
+    """The supervisor (here the test) answers two heartbeats, then goes silent as a dead batch
+    host: after the host timeout the node requeues the job (a stand-in scontrol records it)
+    and one line says why; the agent (a sleep) runs on until it ends by itself. An answer
+    without the job's secret (a forged one, here between the two) does not count."""
+    proc, sock, key = beat_alone(tmp_path, "import time; time.sleep(5)")
     for _ in range(2):
         data, addr = sock.recvfrom(512)
-        assert data.decode().startswith("n2 "), data
-        sock.sendto(b"ok", addr)
+        kind, node, seq = heartbeat.unpack(key, data)
+        assert (kind, node) == ("beat", "n2"), data
+        sock.sendto(heartbeat.pack("0" * 32, "replaced", "n2", seq), addr)  # forged: ignored
+        sock.sendto(heartbeat.pack(key, "ok", "n2", seq), addr)
     _, err = proc.communicate(timeout=60)
     sock.close()
     assert proc.returncode == 0, err
     assert re.search(r"^job 42: node n2: the batch host 127.0.0.1 has not answered for \d s at "
                      r".*: it is lost with the job's script and rendezvous store; requeueing "
                      r"the job \(scontrol requeue 42\)$", err, re.M), err
-    assert (tmp_path / "called").read_text() == "requeue 42\n"
+    assert (tmp_path / "called").read_text() == "scontrol requeue 42\n"
+
+
+def test_a_replaced_node_ends_its_agent_and_never_ends_the_job(tmp_path):
+    """The batch host answers "replaced" (the node's place went to a spare, and its step was not
+    ended through Slurm): the heartbeat kills its agent (a long sleep) at once and ends; no
+    scancel, no requeue, however long the batch host stays silent after. The agent has no
+    share of the job's secret."""
+    agent = ("import os, time; assert 'TORCHRUN_JSC_BEAT_KEY' not in os.environ; "
+             "time.sleep(60)")
+    proc, sock, key = beat_alone(tmp_path, agent)
+    data, addr = sock.recvfrom(512)
+    sock.sendto(heartbeat.pack(key, "ok", "n2", heartbeat.unpack(key, data)[2]), addr)
+    data, addr = sock.recvfrom(512)
+    sock.sendto(heartbeat.pack(key, "replaced", "n2", heartbeat.unpack(key, data)[2]), addr)
+    _, err = proc.communicate(timeout=30)
+    sock.close()
+    assert proc.returncode == 128 + 9, err
+    assert re.search(r"^spares beat: n2 was replaced by a spare at .*: its agent is ended here$",
+                     err, re.M), err
+    assert not (tmp_path / "called").exists()
 
 
 # --- launch.hang_action replace: the supervisor runs the progress deadline ------------------
@@ -208,29 +230,16 @@ while n < 20:
     mark(n)
 """
 
-SLURM_STANDINS = """#!/bin/sh
-echo "${0##*/} $*" >>"${0%/*}/called"
-"""
-
-
 def supervise_hangs(tmp_path: Path, hang: str, hold: str) -> subprocess.CompletedProcess:
     top = tmp_path / "hangs"
     (top / "progress").mkdir(parents=True)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in ("squeue", "scancel"):  # squeue lists no step: the hung one ends by its srun
-        (bin_dir / name).write_text(SLURM_STANDINS)
-        (bin_dir / name).chmod(0o755)
-    srun = tmp_path / "srun"
-    srun.write_text(FAKE_SRUN)
-    srun.chmod(0o755)
     collector = [sys.executable, "-c", ""]
     argv = [*RUN, "spares", "run", "42", "30", "127.0.0.1", "n1,n2", "n3",
             "--hang", str(top), "2", "0.5", "1", str(len(collector)), *collector, "--",
-            str(srun), *RUN, "spares", "beat", "--", sys.executable, "-c", HANG_TASK]
+            "srun", *RUN, "spares", "beat", "--", sys.executable, "-c", HANG_TASK]
     env = {k: v for k, v in os.environ.items() if k != "REQUEUE_MARKER"}
-    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", TORCHRUN_JSC_STACKS=str(top),
-               HANG=hang, SPARE="n3", HOLD=hold)
+    env.update(sparefakes.install(tmp_path / "fake"))
+    env.update(TORCHRUN_JSC_STACKS=str(top), HANG=hang, SPARE="n3", HOLD=hold)
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
                           check=False)
 
@@ -252,7 +261,11 @@ def test_a_hung_node_is_replaced_by_the_spare_after_the_deadline(tmp_path):
     assert out.count("no progress for") == 3 and "the job ends" not in out, out
     assert "TASK n3 1" in out, out
     assert not (tmp_path / "hangs" / "no-progress").exists()
-    assert (tmp_path / "bin" / "called").read_text() == "squeue -h -s -j 42 -o %i %N\n"
+    # its step ended through Slurm (SIGKILL to every process of it), by its id
+    assert re.fullmatch(r"squeue -h -s -j 42 -o %i %N\nscancel --signal=KILL 42\.\d+\n",
+                        sparefakes.called(tmp_path / "fake")), out
+    assert re.search(r"^job 42: the step of n2 was ended through Slurm \(scancel --signal=KILL "
+                     r"42\.\d+\)$", out, re.M), out
 
 
 def test_a_hung_batch_host_ends_the_job_as_without_replace(tmp_path):
@@ -267,7 +280,7 @@ def test_a_hung_batch_host_ends_the_job_as_without_replace(tmp_path):
     assert (tmp_path / "hangs" / "no-progress").read_text().startswith(
         "no progress for 2 s: rank 0 on ?: no stack (process state ?), 2 collectives behind "
         "the other 1; job ended"), out
-    assert (tmp_path / "bin" / "called").read_text().startswith("scancel --signal=TERM 42\n")
+    assert sparefakes.called(tmp_path / "fake").startswith("scancel --signal=TERM 42\n")
 
 
 def test_the_jobscript_hands_the_deadline_to_the_supervisor(tmp_path):

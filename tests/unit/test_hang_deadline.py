@@ -324,7 +324,8 @@ def test_watch_waits_for_the_deadline_then_reports_and_ends(tmp_path, monkeypatc
     folder.mkdir()
     clock = Clock(1.7e9)  # whole seconds: the marks keep 3 decimals
     calls = []
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(stacks.subprocess, "call",
+                        lambda argv, timeout: calls.append(argv) or 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [f"{job}.0", f"{job}.1"])
 
     for rank in range(4):
@@ -370,7 +371,7 @@ def test_watch_notes_once_when_no_rank_reports(tmp_path, monkeypatch, capsys):
         if len(clock.sleeps) == 12:  # its first collective: the clock starts
             first.append(clock.now)
             write_mark(tmp_path / "progress", 0, 1, clock.now)
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv, timeout: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     stacks.watch("78", str(tmp_path), 10, 2, 7, [sys.executable, "-c", ""], clock=clock.time,
                  sleep=sleep)
@@ -395,7 +396,7 @@ def test_watch_names_the_ranks_still_starting_once(tmp_path, monkeypatch, capsys
         if len(clock.sleeps) == 20:
             for rank in (1, 3):
                 write_mark(tmp_path / "progress", rank, 1, clock.now)
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv, timeout: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     stacks.watch("79", str(tmp_path), 10, 2, 1, [sys.executable, "-c", ""], clock=clock.time,
                  sleep=sleep)
@@ -413,7 +414,7 @@ def test_watch_keeps_the_stacks_read_before_the_collection_timed_out(tmp_path, m
     folder.mkdir()
     for rank, world in ((0, 2), (1, 2), (2, 2), (3, 1)):
         write_mark(folder, rank, world, 1001.0)
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv, timeout: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     monkeypatch.setattr(stacks, "COLLECT_S", 2)
     lines = "\n".join(json.dumps(r) for r in stuck_records())
@@ -463,7 +464,7 @@ def test_a_stall_of_the_storage_is_not_no_progress(tmp_path, monkeypatch, capsys
             for rank in range(4):
                 write_mark(folder, rank, 5, clock.now)
     real_read = stacks.read_slots
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv, timeout: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     start = clock.now
     stacks.watch("81", str(tmp_path), 30, 5, 1, [sys.executable, "-c", ""], clock=clock.time,

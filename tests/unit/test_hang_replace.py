@@ -7,10 +7,12 @@ srun: tests/fakes/test_spares.py; a real hang on the lab: tests/lab/test_hung_no
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from launcher.model import SpecError
-from launcher.node import spares, stacks
+from launcher.node import slurmstate, spares, stacks
 from launcher.render.jobscript import render_jobscript
 from tests.unit.test_hang_deadline import Clock, put, slot_line
 from tests.unit.test_spare_nodes import spec as spare_spec
@@ -77,8 +79,8 @@ def test_which_hung_nodes_can_be_replaced():
 def test_the_hung_nodes_step_is_found_by_its_node():
     lines = ["42.batch jwb0001", "42.extern jwb[0001-0003]", "42.0 jwb0001", "42.1 jwb0002",
              "42.4 jwb[0001-0003]", "43.1 jwb0002", "42.5 jwb0002"]
-    assert spares.node_steps("42", "jwb0002", lines) == ["42.1", "42.5"]
-    assert spares.node_steps("42", "jwb0003", lines) == []
+    assert slurmstate.node_steps("42", "jwb0002", lines) == ["42.1", "42.5"]
+    assert slurmstate.node_steps("42", "jwb0003", lines) == []
 
 
 def test_the_nodes_behind_from_the_mark_files(tmp_path):
@@ -110,7 +112,8 @@ def test_watch_asks_the_supervisor_then_starts_its_deadline_again(tmp_path, monk
     folder.mkdir()
     clock = Clock(1.7e9)
     calls = []
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(stacks.subprocess, "call",
+                        lambda argv, timeout: calls.append(argv) or 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [f"{job}.0"])
     for rank in range(4):
         put(folder, f"jwb000{1 + rank // 2}", rank % 2, slot_line(rank, 2 if rank < 3 else 1,
@@ -162,7 +165,7 @@ def test_watch_starts_again_from_a_replacement_it_did_not_ask_for(tmp_path, monk
     folder = tmp_path / "progress"
     folder.mkdir()
     clock = Clock(1.7e9)
-    monkeypatch.setattr(stacks.subprocess, "call", lambda argv: 0)
+    monkeypatch.setattr(stacks.subprocess, "call", lambda argv, timeout: 0)
     monkeypatch.setattr(stacks, "list_steps", lambda job: [])
     for rank in range(2):
         put(folder, "jwb0001", rank, slot_line(rank, 3, clock.now + 1))
@@ -187,3 +190,20 @@ def test_watch_starts_again_from_a_replacement_it_did_not_ask_for(tmp_path, monk
 def sys_exe() -> str:
     import sys
     return sys.executable
+
+
+def test_a_replacement_restarts_the_deadline_on_the_marks_clock(monkeypatch, capsys):
+    """The supervisor's clock is monotonic (heartbeats), the ranks' progress marks are stamped
+    with the epoch: the deadline's new start (``since``) must be on the marks' clock, or the
+    watcher would never see the replacement. Slurm and srun stand in by monkeypatch."""
+    monkeypatch.setattr(spares.slurmstate, "call", lambda argv, timeout: (0, ""))
+    monkeypatch.setattr(spares.Supervisor, "start",
+                        lambda self, slot, node: setattr(slot, "node", node))
+    sup = spares.Supervisor("42", 10, ["n1", "n2"], ["n3"], ["srun"])
+    before = time.time()
+    assert sup.hung(["n2"], 130) is None
+    assert before <= sup.replaced_at <= time.time()
+    assert [s.node for s in sup.slots] == ["n1", "n3"]
+    for thread in sup.enders:
+        thread.join(5)
+    assert "replaced by spare n3 (node rank 1; 0 spares left)" in capsys.readouterr().out

@@ -17,7 +17,7 @@ from launcher.render.jobscript import render_jobscript
 from launcher.render.preview import render_preview
 from launcher.spec import parse_spec
 
-SPEC = """job: {{nodes: 2, spare_nodes: {spare}, time: "{time}", gpus_per_node: 2}}
+SPEC = """job: {{nodes: 2, spare_nodes: {spare}, time: "{time}", gpus_per_node: 2{job}}}
 site: jsc
 runtime: {{kind: apptainer, image: image.sif}}
 launch: {{mode: {mode}{launch}}}
@@ -25,8 +25,9 @@ program: [python3, -u, train.py]
 """
 
 
-def spec(spare=1, mode="torchrun", launch="", time="00:05:00"):
-    return parse_spec(SPEC.format(spare=spare, mode=mode, launch=launch, time=time), "s.yaml")
+def spec(spare=1, mode="torchrun", launch="", time="00:05:00", job=""):
+    return parse_spec(SPEC.format(spare=spare, mode=mode, launch=launch, time=time, job=job),
+                      "s.yaml")
 
 
 def test_the_script_allocates_the_spares_and_runs_the_supervisor():
@@ -36,7 +37,7 @@ def test_the_script_allocates_the_spares_and_runs_the_supervisor():
     launch = text[text.index("# Launch:"):].replace(" \\\n    ", " ")
     assert launch.startswith("# Launch: one torchrun_jsc per node, 2 processes each; a step "
                              "per training node, spares wait (job.spare_nodes).\n"
-                             "jsc_spares_launch 10 srun --kill-on-bad-exit=1 --nodes=1 "), launch
+                             "jsc_spares_launch 60 srun --kill-on-bad-exit=1 --nodes=1 "), launch
     assert ('python3 -I "${kit}/node/run.py" spares beat -- apptainer exec ' in launch)
     assert '"--nnodes=${ntrain}"' in launch and "--max_restarts=1 " in launch, launch
     assert "${nnodes}" not in launch, launch  # the allocation's count is for the set-up steps
@@ -49,7 +50,8 @@ def test_without_spares_nothing_changes():
 
 
 def test_max_restarts_given_is_kept_and_node_logs_go_by_name():
-    data = SPEC.format(spare=2, mode="torchrun", launch=", max_restarts: 0", time="00:05:00")
+    data = SPEC.format(spare=2, mode="torchrun", launch=", max_restarts: 0", time="00:05:00",
+                       job="")
     data = data.replace('gpus_per_node: 2}', 'gpus_per_node: 2, node_output: "logs/%x.%n.out"}')
     launch = render_jobscript(parse_spec(data, "s.yaml")).replace(" \\\n    ", " ")
     assert "--max_restarts=0 " in launch and "--output=logs/%x.%N.out" in launch, launch
@@ -60,6 +62,32 @@ def test_the_supervisor_forwards_what_the_agent_reads():
     plan = build_plan(spec(), "submit", kit.DEFAULT)
     assert {"TORCHRUN_JSC_NODE_RANK", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"} <= \
         set(plan.runtime.exports)
+
+
+def test_the_heartbeat_timeout_is_a_key_and_the_supervisors_argument():
+    """job.heartbeat_timeout: jsc_spares_launch's TIMEOUT (launcher/node/spares.py derives the
+    nodes' batch host timeout and the start grace from it); 60 s without it."""
+    assert spec().job.heartbeat_timeout == 60
+    text = render_jobscript(spec(job=", heartbeat_timeout: 90"))
+    assert "\njsc_spares_launch 90 srun " in text, text
+
+
+@pytest.mark.parametrize("job, message", [
+    (", heartbeat_timeout: 2", "job.heartbeat_timeout: must be between 5 and 3600, got 2"),
+    (", heartbeat_timeout: 1.5", "job.heartbeat_timeout: must be an integer, got 1.5"),
+    (", heartbeat_timeout: 30, spare_nodes_: 1", "unknown key 'spare_nodes_'"),
+])
+def test_bad_heartbeat_timeouts_are_one_line(job, message):
+    with pytest.raises(SpecError) as e:
+        spec(job=job)
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_heartbeat_timeout_without_spares_says_what_it_needs():
+    with pytest.raises(SpecError) as e:
+        spec(spare=0, job=", heartbeat_timeout: 30")
+    assert ("job.heartbeat_timeout: is the spare nodes' heartbeat: it needs job.spare_nodes "
+            ">= 1") in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize("value, message", [
@@ -74,7 +102,7 @@ def test_bad_values_are_one_line(value, message):
 
 def test_srun_mode_says_it_recovers_by_requeue_only(tmp_path, capsys):
     path = tmp_path / "s.yaml"
-    path.write_text(SPEC.format(spare=1, mode="srun", launch="", time="00:05:00"))
+    path.write_text(SPEC.format(spare=1, mode="srun", launch="", time="00:05:00", job=""))
     assert cli.main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
