@@ -55,14 +55,17 @@ def test_one_node_writes_every_phase_and_the_command_reads_them(tmp_path, capsys
     assert all(line.startswith(f"{node} ") for line in folded), folded
     lines = [line.split(" ", 1)[1] for line in folded]
     phases = [line.split()[1] for line in lines]
-    # Every writer's line, in the order the phases happen (the ranks' two in any order).
-    assert phases[:5] == ["batch_start", "step_start", "container_up", "decided",
-                          "rendezvous_done"], lines
+    # Every writer's line, in the order the phases happen (the ranks' two in any order). The
+    # batch script stamps step_start just after it forked the launch: here the task starts at
+    # once (no srun) and its container_up may come first (it did, on a loaded machine).
+    assert phases[0] == "batch_start" and phases[3:5] == ["decided", "rendezvous_done"], lines
+    assert sorted(phases[1:3]) == ["container_up", "step_start"], lines
     assert sorted(phases[5:-1]) == sorted(["workers_started", "process_group_up",
                                            "first_collective"] * 2), lines
     assert phases[-1] == "launch_end"
     times = [float(line.split()[0]) for line in lines]
-    assert times[:5] == sorted(times[:5]) and times[-1] == max(times)
+    assert times[0] <= min(times[1:3]) and max(times[1:3]) <= times[3] <= times[4], lines
+    assert times[-1] == max(times)
     assert {line.split(maxsplit=2)[2] for line in lines if "first_collective" in line} == \
         {"rank=0", "rank=1"}
     assert not (tmp_path / ".hangs" / job).exists()  # nothing to report: removed
@@ -72,9 +75,9 @@ def test_one_node_writes_every_phase_and_the_command_reads_them(tmp_path, capsys
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"timeline of job {job}: 1 node, batch script started ")
     named = [line[len(node) + 2:len(node) + 24].strip() for line in out[2:10]]
-    assert named == ["batch start", "step start", "container up", "torchrun_jsc decided",
-                     "rendezvous done", "workers started (2)", "process group up (2)",
-                     "first collective (2)"], out
+    assert named[0] == "batch start" and sorted(named[1:3]) == ["container up", "step start"]
+    assert named[3:] == ["torchrun_jsc decided", "rendezvous done", "workers started (2)",
+                         "process group up (2)", "first collective (2)"], out
     assert out[10].startswith(f"slowest node: {node}, first collective at ")
     assert out[11].startswith("slowest phase: ")
     assert out[12] == f"picture: .timeline/{job}.svg (open it in a browser)"
