@@ -17,6 +17,7 @@ from typing import Iterator
 import pytest
 import yaml
 
+from tests.helpers import need
 from tests.helpers.cluster import HOSTILE, HOSTILE_NL, Cluster, cleaned
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,9 @@ def test_accelerate_isolated_config_and_cpu(tmp_path):
     from launcher import kit
     from launcher.modes.accelerate import SCRIPT
     bindir = Path(sys.executable).parent
+    if not (bindir / "accelerate").exists():
+        need.missing(f"no accelerate in {bindir} (requirements/launchers.txt; sudo make setup "
+                     "installs it)")
     stale = tmp_path / "hf" / "accelerate" / "default_config.yaml"
     stale.parent.mkdir(parents=True)
     stale.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\n"

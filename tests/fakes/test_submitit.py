@@ -5,6 +5,7 @@ a socket interface before Python starts, inside the container."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 
 from launcher import kit
 from launcher.model import SpecError
-from tests.helpers import fake
+from tests.helpers import fake, need
 
 
 # --- Ring 2 ---------------------------------------------------------------------------------
@@ -25,6 +26,9 @@ def run_submission(tmp_path: Path, monkeypatch, spec_text: str, python=None, fil
     """executor_for on a spec file, then its sbatch file run by bash with the fakes (``env``:
     the job's variables changed)."""
     extra = dict(env or {})
+    if importlib.util.find_spec("submitit") is None:
+        need.missing("submitit is not installed in this venv (requirements/launchers.txt; "
+                     "sudo make setup installs it)")
     from launcher.submitit import executor_for
     submit = tmp_path / submit_name
     submit.mkdir()
