@@ -36,7 +36,8 @@ glibc_trixie=(libc6 libc-bin libc6-dev libc-dev-bin base-files dpkg-dev libdpkg-
 # mkdocs: tests/unit/test_docs.py builds the docs site (mkdocs.yml) with --strict.
 # lightning: tests/lab/test_lightning.py runs a real Lightning program's own SLURM requeue.
 # spython: the composer's `dockerfile` command (pyproject.toml pins the same version).
-venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' numpy 'mkdocs==1.6.1' 'lightning==2.6.6' 'spython==0.3.14')
+# hypothesis: tests/unit/test_bounded_input.py's fuzz tests (pyproject's test extra, same pin).
+venv_packages=('torch==2.13.0' 'pyyaml>=6' 'pytest>=7' numpy 'mkdocs==1.6.1' 'lightning==2.6.6' 'spython==0.3.14' 'hypothesis==6.170.17')
 # accelerate, deepspeed, ray, submitit and what they pull in, pinned (issue 12's launch modes).
 launchers_req=$here/requirements/launchers.txt
 
@@ -88,7 +89,7 @@ need_venv=0
 # An existing venv that lacks one (e.g. mkdocs, added later) gets the list again: pip skips
 # what is installed, so only the missing package is downloaded.
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch, yaml, pytest, mkdocs, importlib.util as u
-assert u.find_spec("lightning") and u.find_spec("spython")' 2>/dev/null; then
+assert u.find_spec("lightning") and u.find_spec("spython") and u.find_spec("hypothesis")' 2>/dev/null; then
     need_venv=1
 fi
 # Exactly the pinned versions, checked in a tenth of a second: nothing is reinstalled when they are.
