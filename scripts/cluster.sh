@@ -496,9 +496,10 @@ run_in_ns() {
 
 all_ready() {  # all_ready N: sinfo shows N nodes, all responding and usable (maybe busy)
     local out
-    # one line per node and partition: each node once
+    # one line per node and partition: each node once; reserved: idle in a reservation (the
+    # second test lane's nodes, tests/helpers/lanes.py)
     out=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort -u) || return 1
-    [ "$(grep -c -E ' (idle|mixed|allocated|completing)$' <<<"$out")" -eq "$1" ]
+    [ "$(grep -c -E ' (idle|mixed|allocated|completing|reserved)$' <<<"$out")" -eq "$1" ]
 }
 
 # ready_or_resume N: all_ready N; if not, resume the nodes Slurm holds drained or down (their

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP = shutil.ignore_patterns(".git", ".venv", "build", "*.sif", "*.sqsh", "__pycache__",
-                              "*.egg-info", "bench-results", ".pytest_cache", "logs", "*.out")
+                              "*.egg-info", "bench-results", ".pytest_cache", "logs", "*.out",
+                              ".hangs", ".timeline", ".requeue")  # jobs of the other lane
 
 
 @pytest.fixture

@@ -247,11 +247,13 @@ def ensure_build_user() -> None:
 
 def source_copy(top: Path) -> Path:
     """TOP/repo: the checkout's sources without builds, caches or venvs, for the build user
-    (whose build must not see or write the checkout's own build/)."""
+    (whose build must not see or write the checkout's own build/). Not the jobs' output
+    either (.hangs, .timeline, .requeue, *.out): the other test lane's jobs write and remove
+    them while this copies (tests/helpers/lanes.py)."""
     copy = top / "repo"
     shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "*.sif", "*.sqsh", "bench-results", "logs", "__pycache__",
-        ".pytest_cache", "wheelhouse"))
+        ".pytest_cache", "wheelhouse", ".hangs", ".timeline", ".requeue", "*.out"))
     return copy
 
 
