@@ -32,8 +32,11 @@ die() { echo "$prog: $*" >&2; exit 2; }
 stop_lab() {  # the lab's own `down`, then anything of a lab whose state this namespace cannot see
     if command -v slurmctld >/dev/null; then bash "$here/scripts/cluster.sh" down >/dev/null 2>&1 || true; fi
     local p
-    for p in slurmctld slurmd slurmstepd; do pkill -x "$p" 2>/dev/null || true; done
-    for p in slurmctld slurmd slurmstepd; do
+    for p in slurmctld slurmd slurmstepd slurmdbd; do pkill -x "$p" 2>/dev/null || true; done
+    # The lab's own MariaDB (scripts/cluster.sh: its data under the lab's state, its port):
+    # left by a run that was killed, it holds the port and the next lab's does not come up.
+    pkill -f -- "mariadbd .*--datadir=/run/torchrun-jsc-cluster/mysql/" 2>/dev/null || true
+    for p in slurmctld slurmd slurmstepd slurmdbd; do
         local n=0
         while pgrep -x "$p" >/dev/null && [ "$n" -lt 100 ]; do n=$((n + 1)); sleep 0.1; done
         pkill -9 -x "$p" 2>/dev/null || true
