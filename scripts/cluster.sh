@@ -777,7 +777,8 @@ cmd_revive_node() {  # revive-node NODE
     case $state_now in
         down*|drain*|fail*) scontrol update "NodeName=$name" State=RESUME ;;
     esac
-    wait_until 60 sh -c "sinfo -h -N -n '$name' -o '%t' | grep -qE '^(idle|mix|alloc|comp)\$'" ||
+    # resv: idle in a reservation (the second test lane's nodes, tests/helpers/lanes.py)
+    wait_until 60 sh -c "sinfo -h -N -n '$name' -o '%t' | grep -qE '^(idle|mix|alloc|comp|resv)\$'" ||
         die "node $name is $(node_state "$name") in Slurm, not usable, 60 s after its slurmd started"
     rm -f "$state/killed/$name"
     echo "$prog: revived $name at $(date +%H:%M:%S): links up, slurmd registered, $(node_state "$name")"

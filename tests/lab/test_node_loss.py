@@ -50,6 +50,9 @@ def state(node: str) -> str:
 def test_kill_node_is_silent_death_and_revive_node_brings_it_back(cluster):
     nodes = lanes.all_nodes()  # partition batch's, or lane b's (tests/helpers/lanes.py)
     victim, peer = nodes[-1], nodes[0]
+    deadline = time.monotonic() + 60  # the lane's previous job may still be completing there
+    while state(victim) not in lanes.IDLE and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert state(victim) in lanes.IDLE, f"{victim} must be idle for this test: {nodes}"
     slurmd = (STATE / f"slurmd-{victim}.pid").read_text().strip()
     p = sh([*CLUSTER, "kill-node", victim])
