@@ -577,7 +577,9 @@ cmd_image() {
     [ -n "$base" ] || base=$(base_sif "$name")
     [ -n "$desc" ] || desc=$(base_desc "$name")
     [ "$runscript" = kit ] || verbs=warn
-    key=$(basename "$out" .sif)
+    # the kit's images keep their log names (build/logs/image.test.log, image_build_s); a
+    # Dockerfile's image is named by its output
+    if [ "$runscript" = kit ]; then key=image$(image_tag "$name"); else key=$(basename "$out" .sif); fi
     preflight
     need_emulation
     lock_or_skip "$out" || return 0
@@ -624,7 +626,7 @@ composer_python() {
     for py in ${COMPOSER_PY:-} "${VENV:-$repo/.venv}/bin/python" python3; do
         if "$py" -c 'import yaml, spython' 2>/dev/null; then echo "$py"; return 0; fi
     done
-    die "converting a Dockerfile needs a Python with PyYAML and spython: pip install pyyaml spython==0.3.14 (or pip install . into a venv, then VENV=that venv), or COMPOSER_PY=/path/to/python"
+    die "converting a Dockerfile needs a Python with PyYAML and spython: pip install pyyaml spython==0.3.14 (or pip install '.[dockerfile]' into a venv, then VENV=that venv), or COMPOSER_PY=/path/to/python"
 }
 
 # local_froms DEF: the local files a definition's stages bootstrap from (a SIF, an archive).

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple, Union
 
-from launcher.dockerfile.lexer import Instruction
+from launcher.dockerfile.lexer import DockerfileError, Instruction
 
 Form = Union[List[str], str, None]  # exec form, shell form, not set
 USED = ("CMD", "ENTRYPOINT", "EXPOSE", "VOLUME")
@@ -32,7 +32,13 @@ class StageValues:
 def stage_values(instructions: Sequence[Instruction]) -> StageValues:
     """The last CMD and ENTRYPOINT (exec form: a list, shell form: the text) and the EXPOSE
     and VOLUME words of one stage's instructions, as spython's DockerParser reads them."""
-    from spython.main.parse.parsers.docker import DockerParser  # the composer's only user
+    try:  # the composer's only user: an extra (pip install 'torchrun-jsc-kit[dockerfile]')
+        from spython.main.parse.parsers.docker import DockerParser
+    except ImportError:
+        raise DockerfileError("jsc-compose dockerfile needs spython==0.3.14, which is not "
+                              "installed in this Python: pip install 'spython==0.3.14' (or "
+                              "the kit's [dockerfile] extra; sudo make setup installs it)") \
+            from None
 
     parser = DockerParser(None, load=False)
     parser.lines = ["FROM stage"] + [f"{i.keyword} {i.text}" for i in instructions

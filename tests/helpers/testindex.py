@@ -31,7 +31,8 @@ def render(root: Path = ROOT) -> str:
         "",
         "Generated from each test file's docstring by `make test-index`",
         "(tests/helpers/testindex.py); a ring 1 test fails while this page is stale. A test's",
-        "ring is its folder ([rings and folders](index.md#tests)).",
+        "ring is its folder ([rings and folders](index.md#tests)); what each costs:",
+        "[test-times.md](test-times.md), from a recorded `make test` run.",
     ]
     for folder, heading in RINGS:
         lines += ["", f"## {heading}", ""]
