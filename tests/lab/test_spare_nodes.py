@@ -46,11 +46,13 @@ def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def three_nodes(cluster) -> Iterator[None]:
-    """Three nodes: lane b's reservation (tests/helpers/lanes.py), else partition batch grown
+def three_nodes(cluster, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Three nodes: lane b's reservation (tests/helpers/lanes.py; asked for here, since this
+    module fixture comes before the per-test one that reserves), else partition batch grown
     to three in place."""
     if lanes.lane() == "b":
-        assert len(lanes.all_nodes()) == 3, lanes.all_nodes()
+        nodes = request.getfixturevalue("lane_b_nodes")
+        assert len(nodes) == 3 and lanes.all_nodes() == nodes, (nodes, lanes.all_nodes())
         yield
         return
     with labsize.at_least(3):
