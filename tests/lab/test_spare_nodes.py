@@ -138,8 +138,8 @@ def kill(node: str, killed: List[str]) -> None:
     killed.append(node)
 
 
-def scontrol(*argv: str) -> None:
-    p = sh("scontrol", *argv)
+def partition(state: str) -> None:
+    p = sh("scontrol", "update", "PartitionName=batch", f"State={state}")
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -218,19 +218,21 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         wait_for(job_id, base, name, r"^step \d+ ", end)  # training goes on on the spare
         # The second attempt needs all three nodes alive. Slurm learns of a dead node only
         # after SlurmdTimeout, so it may place the requeued job on the two just killed (as on
-        # a site): the requeued job is held until both are back. Held while Slurm's own
-        # hold after a requeue (BeginTime, about 120 s) still keeps it: no start between.
-        # (The partition stays up: the other lane's jobs use it, tests/helpers/lanes.py.)
+        # a site): the partition is down (queued jobs wait, running ones go on) until both
+        # are back. Holding the requeued job instead raced its start (the requeued job of a
+        # reservation started at once). The other lane's new jobs wait meanwhile (about a
+        # minute; tests/helpers/lanes.py).
+        partition("DOWN")
         kill(spare, killed)
         wait_for(job_id, base, name, rf"no spare left for {spare}")
         wait_requeued(job_id)  # only then may the killed nodes come back
-        scontrol("hold", job_id)
         revive(killed)
         killed = []
-        scontrol("release", job_id)
+        partition("UP")
         wait_gone(job_id)
     finally:
         revive(killed)
+        partition("UP")
     out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
