@@ -18,12 +18,14 @@ lane b, beside everything else (lane a), each lane on nodes of its own.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import List
 
 import pytest
+
+from tests.helpers.labjobs import job_fields
+from tests.helpers.labsize import batch_nodes, sh
 
 REPO = Path(__file__).resolve().parents[2]
 LANE_ENV = "TORCHRUN_JSC_LAB_LANE"
@@ -52,26 +54,22 @@ def lane() -> str:
     return os.environ.get(LANE_ENV, "")
 
 
+def _names(nodeid: str, entry: str) -> bool:
+    """LANE_B's ``entry`` (a file, or one test of a file) names the test ``nodeid``."""
+    return nodeid == entry or nodeid.startswith(entry + "::")
+
+
 def in_lane_b(nodeid: str) -> bool:
-    return any(nodeid == t or nodeid.startswith(t + "::") for t in LANE_B)
+    return any(_names(nodeid, t) for t in LANE_B)
 
 
 def lab_wide(nodeid: str) -> bool:
-    return any(nodeid == t or nodeid.startswith(t + "::") for t in LAB_WIDE)
+    return any(_names(nodeid, t) for t in LAB_WIDE)
 
 
 def order(nodeid: str) -> int:
     """Lane b's order: LANE_B's (the lab-wide tests first)."""
-    return next((i for i, t in enumerate(LANE_B) if nodeid == t or nodeid.startswith(t + "::")),
-                len(LANE_B))
-
-
-def sh(argv: List[str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def batch_nodes() -> List[str]:
-    return sorted(set(sh(["sinfo", "-h", "-N", "-p", "batch", "-o", "%N"]).stdout.split()))
+    return next((i for i, t in enumerate(LANE_B) if _names(nodeid, t)), len(LANE_B))
 
 
 def reserved_nodes() -> List[str]:
@@ -139,10 +137,9 @@ def nodes(count: int) -> List[str]:
 def job_nodes(job_id: str) -> List[str]:
     """The nodes Slurm gave job ``job_id``, in order (lane b's jobs run on its reservation's
     nodes: a test reads them from the job, never assumes jwb0001)."""
-    p = sh(["scontrol", "show", "job", "-o", job_id])
-    fields = dict(t.split("=", 1) for t in p.stdout.split() if "=" in t)
-    assert fields.get("NodeList", "(null)") != "(null)", p.stdout + p.stderr
-    return sh(["scontrol", "show", "hostnames", fields["NodeList"]]).stdout.split()
+    fields = job_fields(job_id)
+    assert fields.get("NodeList", "(null)") != "(null)", fields
+    return hostnames(fields["NodeList"])
 
 
 def hostnames(nodelist: str) -> List[str]:
