@@ -117,13 +117,14 @@ def _parse(text: str) -> List[Item]:
     items = re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text) if len(text) <= 65536 else []
     if not items or ",".join(items) != text:
         raise ValueError(_BAD.format(text=_shown(text)))
-    return [[(literal, _ranges(ranges, _shown(text)) if ranges else [])
-             for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item)]
+    return [[(literal, _ranges(bracket[1:-1], _shown(text)) if bracket else [])
+             for literal, bracket in re.findall(r"([^\[]*)(\[[^\]]*\])?", item)]
             for item in items]
 
 
 def _ranges(ranges: str, shown: str) -> List[Tuple[int, int, int]]:
-    """``0001-0003,0007`` as (first, last, zero-padded width) triples."""
+    """``0001-0003,0007`` as (first, last, zero-padded width) triples; ``[]`` names no range
+    and is refused like any other bad one."""
     out = []
     for part in ranges.split(","):
         match = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part)

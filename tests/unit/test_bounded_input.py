@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from launcher.cli import main
 from launcher.model import SpecError
@@ -205,6 +205,8 @@ def test_fuzz_spec_text_is_a_spec_or_one_line(text):
 
 @settings(max_examples=300, deadline=200)
 @given(st.text(alphabet="jwb0123456789[]-,", max_size=40))
+@example("[],0")  # an empty bracket once counted as a node and expanded to none (CI, stop 45)
+@example("jwb[]")
 def test_fuzz_node_lists_are_names_or_one_line(text):
     try:
         names = expand_nodelist(text)
