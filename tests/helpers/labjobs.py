@@ -1,6 +1,6 @@
 """Steps the ring-3 tests (tests/lab) share: an image built with the project's own make
-target, how soon a job ended after one of its ranks died, a job's fields and the start of a
-requeued job held by Slurm."""
+target, how soon a job ended after one of its ranks died, a job's fields, the start of a
+requeued job held by Slurm, and a job log without torch's banners for a failed assertion."""
 
 from __future__ import annotations
 
@@ -49,3 +49,18 @@ def release_requeue_hold(job_id: str, fields: Dict[str, str], held: Dict[str, fl
         if time.monotonic() - since > 2:
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
                            capture_output=True, text=True, timeout=60, check=False)
+
+
+# torch's own chatter that says nothing about the kit: glog lines (W1128 21:39:07.68 PID
+# file:line]), c10d's socket warnings ([W1128 ... socket.cpp:207]) and the OMP banner.
+_NOISE = re.compile(r"^(?:[WI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ |\[[WI]\d{4} .*\] |\*{20,}$)")
+
+
+def story(text: str) -> str:
+    """A job log as a failed assertion shows it: the kit's, Slurm's and the program's lines,
+    without torch's banners and warnings (so that the whole of a node-loss job fits into CI's
+    excerpt of the failure; the lines left out are counted)."""
+    kept = [line for line in text.splitlines() if not _NOISE.match(line.strip())]
+    dropped = len(text.splitlines()) - len(kept)
+    return "\n".join(kept + [f"({dropped} lines of torch's warnings left out)"] if dropped
+                      else kept)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from launcher.submit import timeline
 from tests.helpers import lanes
-from tests.helpers.labjobs import job_fields
+from tests.helpers.labjobs import job_fields, story
 from tests.lab.test_spare_nodes import submit as spare_job
 from tests.lab.test_spare_nodes import (output, sh, steps, summaries,  # noqa: F401
                                         three_nodes, wait_for, wait_gone, workdir)
@@ -49,27 +49,27 @@ def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shar
     wait_for(job_id, base, name, r"hanging on purpose")
     wait_gone(job_id)
     out, i = output(base, name), job_fields(job_id)
-    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
+    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", story(out)
     m = re.search(rf"^job {job_id}: training on (\S+) (\S+); waiting as spares: (\S+)$", out,
                   re.M)
-    assert m and m.group(2) == victim, out
+    assert m and m.group(2) == victim, story(out)
     first, spare = m.group(1), m.group(3)
     assert re.search(rf"^rank [23]: hanging on purpose at step {HANG_STEP} on {victim} ", out,
-                     re.M), out
+                     re.M), story(out)
     # the deadline's stacks: the two hung ranks in train, on the hung node
     assert re.search(rf"^job {job_id}: no progress for \d+ s \(launch.hang_timeout "
-                     rf"{DEADLINE_S}\) at .*: every rank's stack", out, re.M), out
+                     rf"{DEADLINE_S}\) at .*: every rank's stack", out, re.M), story(out)
     assert re.search(rf"^== 2 ranks \(2-3 on {victim}\) in train at ddp_train.py:\d+$", out,
-                     re.M), out
+                     re.M), story(out)
     assert re.search(rf"^job {job_id}: no progress for {DEADLINE_S} s: 2 ranks in train at "
-                     r"ddp_train.py:\d+, \d+ collectives? behind the other 2$", out, re.M), out
+                     r"ddp_train.py:\d+, \d+ collectives? behind the other 2$", out, re.M), story(out)
     hung = re.search(rf"^job {job_id}: node {victim} hung at .* \(no progress for (\d+) s, its "
                      rf"stacks above\): replaced by spare {spare} \(node rank 1; 0 spares "
                      r"left\)$", out, re.M)
     # not before the deadline; after it, within the watcher's looks (every 12 s) on a
     # loaded machine
-    assert hung and DEADLINE_S <= int(hung.group(1)) <= DEADLINE_S + 60, out
-    assert "the job ends" not in out and "lost at" not in out, out
+    assert hung and DEADLINE_S <= int(hung.group(1)) <= DEADLINE_S + 60, story(out)
+    assert "the job ends" not in out and "lost at" not in out, story(out)
     [summary] = summaries(out)
     assert summary["attempt"] == 1 and summary["world_size"] == 4, summary
     assert summary["steps"] == TOTAL and summary["params_identical"], summary

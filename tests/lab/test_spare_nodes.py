@@ -34,7 +34,7 @@ from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from launcher.submit import timeline
 from tests.helpers import labsize, lanes
-from tests.helpers.labjobs import job_fields, release_requeue_hold
+from tests.helpers.labjobs import job_fields, release_requeue_hold, story
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
@@ -109,9 +109,9 @@ def wait_for(job_id: str, base: Path, name: str, pattern: str, after: int = 0) -
         if m:
             return m.end()
         assert sh("squeue", "-h", "-j", job_id).stdout.strip(), \
-            f"job {job_id} ended before /{pattern}/:\n{output(base, name)}"
+            f"job {job_id} ended before /{pattern}/:\n{story(output(base, name))}"
         time.sleep(0.2)
-    raise AssertionError(f"no /{pattern}/ in {TIMEOUT_S} s:\n{output(base, name)}")
+    raise AssertionError(f"no /{pattern}/ in {TIMEOUT_S} s:\n{story(output(base, name))}")
 
 
 def wait_requeued(job_id: str) -> None:
@@ -176,13 +176,13 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     finally:
         revive(killed)
     out, i = output(base, name), job_fields(job_id)
-    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", out
+    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", story(out)
     lost = re.search(rf"^job {job_id}: node {victim} lost at .*: no heartbeat for (\d+) s$",
                      out, re.M)
     # not before the heartbeat timeout (10 s); how soon after it: bench --only recovery
-    assert lost and 10 <= int(lost.group(1)) <= 30, out
+    assert lost and 10 <= int(lost.group(1)) <= 30, story(out)
     assert (f"job {job_id}: spare {spare} takes the place of {victim} (node rank 1; "
-            "0 spares left)") in out, out
+            "0 spares left)") in out, story(out)
     [summary] = summaries(out)
     assert summary["attempt"] == 1 and summary["world_size"] == 4, summary
     assert summary["steps"] == total and summary["params_identical"], summary
@@ -234,9 +234,9 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         revive(killed)
         partition("UP")
     out, i = output(base, name), job_fields(job_id)
-    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", out
+    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", story(out)
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
-                     "from the last periodic checkpoint$", out, re.M), out
+                     "from the last periodic checkpoint$", out, re.M), story(out)
     [final] = summaries(out)
     assert final["attempt"] == 2 and final["steps"] == total and final["params_identical"], final
     assert 10 <= final["resumed_from_step"] < total, final
