@@ -138,8 +138,11 @@ def kill(node: str, killed: List[str]) -> None:
     killed.append(node)
 
 
-def partition(state: str) -> None:
-    p = sh("scontrol", "update", "PartitionName=batch", f"State={state}")
+def drain(nodes: Sequence[str]) -> None:
+    """Slurm places no new job on ``nodes`` (running ones go on), as a site's health check
+    drains a node it found dead before SlurmdTimeout; revive-node resumes them."""
+    p = sh("scontrol", "update", f"NodeName={','.join(nodes)}", "State=DRAIN",
+           "Reason=killed by test_spare_nodes")
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -218,21 +221,19 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         wait_for(job_id, base, name, r"^step \d+ ", end)  # training goes on on the spare
         # The second attempt needs all three nodes alive. Slurm learns of a dead node only
         # after SlurmdTimeout, so it may place the requeued job on the two just killed (as on
-        # a site): the partition is down (queued jobs wait, running ones go on) until both
-        # are back. Holding the requeued job instead raced its start (the requeued job of a
-        # reservation started at once). The other lane's new jobs wait meanwhile (about a
-        # minute; tests/helpers/lanes.py).
-        partition("DOWN")
+        # a site): both are drained (no new job there; the running one goes on) until they
+        # are back. Neither taking partition batch down nor holding the job did it: a requeued
+        # job of lane b's reservation started at once, on the dead nodes (CI run 5: its steps
+        # failed to launch, no spare, the requeue limit, FAILED).
         kill(spare, killed)
+        drain(killed)
         wait_for(job_id, base, name, rf"no spare left for {spare}")
         wait_requeued(job_id)  # only then may the killed nodes come back
         revive(killed)
         killed = []
-        partition("UP")
         wait_gone(job_id)
     finally:
         revive(killed)
-        partition("UP")
     out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", story(out)
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
