@@ -19,18 +19,19 @@ test-fast:
 	$(need_venv)
 	$(PY) -m pytest -q -m "not ring3" tests
 
-# The oldest supported torch runs the launcher's real two-node test first (issue 30: a parser
-# change broke 1.9 while `make torch-compat` sat outside CI); about 1.8 GB, pip-cached.
+# The oldest supported torch runs the launcher's real two-node test in every `make test` (issue
+# 30: a parser change broke 1.9 while `make torch-compat` sat outside CI); about 1.8 GB,
+# pip-cached.
 TORCH_OLDEST ?= 1.9.0
-# pytest in two lanes on one lab (scripts/test-lanes.sh, tests/helpers/lanes.py): the ring-3
-# tests that wait run beside the rest, on nodes of their own. Strict: a missing prerequisite
-# fails instead of skipping. The JUnit XML of both lanes stays in build/test-results/; what the
-# run cost (total, per ring, the 10 slowest) is printed at the end, pass or fail;
-# `make test-times` turns it into docs/development/test-times.md.
-JUNIT := build/test-results/junit-a.xml build/test-results/junit-b.xml
+# pytest in three lanes (scripts/test-lanes.sh, tests/helpers/lanes.py): the lab's tests (a),
+# the ring-3 tests that wait, on nodes of their own (b), and what needs no lab (c: torch
+# $(TORCH_OLDEST), rings 1 and 2, the lab-free ring 3) run side by side. Strict: a missing
+# prerequisite fails instead of skipping. The JUnit XML of the lanes stays in
+# build/test-results/; what the run cost (total, per ring, the 10 slowest) is printed at the
+# end, pass or fail; `make test-times` turns it into docs/development/test-times.md.
+JUNIT := build/test-results/junit-a.xml build/test-results/junit-b.xml build/test-results/junit-c.xml
 test: setup
-	bash scripts/torch-compat.sh $(TORCH_OLDEST)
-	bash scripts/test-lanes.sh $(PY)
+	TORCH_OLDEST=$(TORCH_OLDEST) bash scripts/test-lanes.sh $(PY)
 
 test-times:
 	python3 tests/helpers/durations.py $(JUNIT) --page docs/development/test-times.md --commit "$$(git rev-parse --short HEAD)" $(if $(NOTE),--note "$(NOTE)")

@@ -38,12 +38,15 @@ def ring_of(path: Path) -> str:
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     """Mark each test with its folder's ring, so that `-m ring1`, `-m "not ring3"` select by
-    folder and no test file can be left without a ring; and lane b's tests with ``lane_b``
-    (tests/helpers/lanes.py), which in lane b's process run in that list's order."""
+    folder and no test file can be left without a ring; lane b's tests with ``lane_b``
+    (tests/helpers/lanes.py), which in lane b's process run in that list's order, and lane
+    c's lab-free ring-3 files with ``lane_c``."""
     for item in items:
         item.add_marker(ring_of(item.path))
         if lanes.in_lane_b(item.nodeid):
             item.add_marker("lane_b")
+        if lanes.in_lane_c(item.nodeid):
+            item.add_marker("lane_c")
     if lanes.lane() == "b":
         items.sort(key=lambda item: lanes.order(item.nodeid))  # stable: file order within
 

@@ -1,6 +1,8 @@
-"""Two lanes on one lab (issue 42): `make test` runs the ring-3 tests that spend their time
-waiting (deadlines, heartbeat timeouts, requeue holds, killed nodes) in a second pytest process,
-lane b, beside everything else (lane a), each lane on nodes of its own.
+"""Three lanes, two of them on one lab (issue 42): `make test` runs the ring-3 tests that
+spend their time waiting (deadlines, heartbeat timeouts, requeue holds, killed nodes) in a
+second pytest process, lane b, beside the lab's other tests (lane a), each lane on nodes of its
+own; and everything that needs no lab (rings 1 and 2, LANE_C's ring-3 files, torch-compat's
+oldest torch) in a third, lane c, so that lane a starts on the lab at once.
 
 - Lane b's tests are LANE_B below (a file, or one test of a file), marked ``lane_b`` by
   tests/conftest.py: lane a runs ``-m "not lane_b"``, lane b ``-m lane_b`` with
@@ -12,7 +14,10 @@ lane b, beside everything else (lane a), each lane on nodes of its own.
   ready ($TORCHRUN_JSC_LAB_READY, a file). Lane a's first lab test waits for that file (rings
   1 and 2 run meanwhile), and its jobs never land on the reserved nodes: Slurm keeps them for
   the reservation's jobs. No test sees the other lane's jobs, nodes or kills.
-- Image builds go through tests/helpers/bin/make (one build at a time: both lanes build
+- Lane c (``-m "lane_c or not ring3"``, $TORCHRUN_JSC_LAB_LANE=c) never touches the lab: a
+  test of it that asks for the ``cluster`` fixture fails. LANE_C's files build network
+  namespaces of their own (tests/helpers/jscnet.py, docn1/2) or none.
+- Image builds go through tests/helpers/bin/make (one build at a time: both lab lanes build
   image.sif)."""
 
 from __future__ import annotations
@@ -47,10 +52,20 @@ LANE_B = (
 )
 # The lab-wide ones: they run before lane b reserves its nodes (they take the lab down, resize).
 LAB_WIDE = LANE_B[:2]
+# Ring-3 files that need root or torch but no Slurm lab: lane c, with rings 1 and 2.
+LANE_C = (
+    "tests/lab/test_doctor_netns.py",
+    "tests/lab/test_storage_stall.py",
+    "tests/lab/test_torchrun_jsc_args.py",
+    "tests/lab/test_torchrun_jsc_help.py",
+    "tests/lab/test_torchrun_jsc_real.py",
+    "tests/lab/test_torchrun_jsc_standalone.py",
+    "tests/lab/test_torchrun_jsc_store_limits.py",
+)
 
 
 def lane() -> str:
-    """'b' in lane b's process, 'a' in lane a's, '' when the tests run in one process."""
+    """'a', 'b' or 'c' in that lane's process, '' when the tests run in one process."""
     return os.environ.get(LANE_ENV, "")
 
 
@@ -61,6 +76,10 @@ def _names(nodeid: str, entry: str) -> bool:
 
 def in_lane_b(nodeid: str) -> bool:
     return any(_names(nodeid, t) for t in LANE_B)
+
+
+def in_lane_c(nodeid: str) -> bool:
+    return any(_names(nodeid, t) for t in LANE_C)
 
 
 def lab_wide(nodeid: str) -> bool:
@@ -114,7 +133,11 @@ def say_ready() -> None:
 
 
 def wait_ready() -> None:
-    """Lane a: until lane b has reserved its nodes (or ended)."""
+    """Lane a: until lane b has reserved its nodes (or ended). Lane c: fail, it has no lab."""
+    if lane() == "c":
+        pytest.fail("a lane-c test asked for the lab (the cluster fixture): lane c runs "
+                    "only what needs no Slurm lab; move the file out of LANE_C "
+                    "(tests/helpers/lanes.py)")
     path = os.environ.get(READY_ENV)
     if lane() != "a" or not path:
         return

@@ -80,3 +80,10 @@ def test_the_page_and_the_cli(tmp_path):
                          timeout=60, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert bad.stderr.startswith("durations.py: cannot read "), bad.stderr
+    # one lane of three wrote none (it died): the others' summary, and that lane said
+    part = subprocess.run([sys.executable, str(REPO / "tests/helpers/durations.py"),
+                           str(tmp_path / "junit.xml"), str(tmp_path / "junit-c.xml")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert part.returncode == 0 and part.stdout.startswith("tests: "), part.stdout + part.stderr
+    assert part.stderr == f"durations.py: no {tmp_path / 'junit-c.xml'} (its lane wrote no " \
+        "JUnit XML)\n", part.stderr
