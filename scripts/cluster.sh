@@ -575,6 +575,7 @@ cmd_up() {
         echo "$prog: the running cluster predates the management network: restarting it"
         cmd_down >/dev/null
     fi
+    controller_cont >/dev/null  # a controller stopped by `fault controller-stop` runs again
     [ -s "$state/nodes" ] && current=$(cat "$state/nodes")
     [ -e "$state/sites" ] && current_sites=$(cat "$state/sites")
     if [ $# -ge 1 ]; then
@@ -919,6 +920,13 @@ fabric_up() {  # fabric_up LINES [OWNER]: links up, record gone; with OWNER only
     done <<<"$1"
 }
 
+fault_wait() {  # fault_wait SECONDS: sleep, interruptible (bash runs a trap only between
+    # commands: a foreground sleep would delay ^C's undoing by up to SECONDS); without the lock's
+    # descriptor, which a sleep left behind would otherwise keep locked
+    sleep "$1" 9>&- &
+    wait "$!"
+}
+
 relock() {  # take the cluster lock again after a fault's wait
     flock -w 300 9 || die "another cluster.sh held /run/torchrun-jsc-cluster.lock for 300 s"
 }
@@ -954,7 +962,7 @@ cmd_fault() {  # fault NODES fabric-down|fabric-up|flap SECONDS | fault controll
             trap 'exit 130' INT TERM
             echo "$prog: fabric of $names down at $(date +%H:%M:%S) for $secs s"
             flock -u 9
-            sleep "$secs"
+            fault_wait "$secs"
             relock
             fabric_up "$fault_lines" "$$"
             trap - EXIT ;;
@@ -974,7 +982,7 @@ controller_stop() {  # controller_stop SECONDS: slurmctld stopped, continued aft
     kill -STOP "$pid"
     echo "$prog: slurmctld stopped at $(date +%H:%M:%S) for $1 s"
     flock -u 9
-    sleep "$1"
+    fault_wait "$1"
     relock
     controller_cont "$$"
     trap - EXIT
