@@ -937,7 +937,8 @@ cmd_fault() {  # fault NODES fabric-down|fabric-up|flap SECONDS | fault controll
     [ -s "$state/nodes" ] || die "cluster is not up"
     if [ "$1" = controller-stop ]; then
         [ $# -eq 2 ] || die "$fault_usage"
-        controller_stop "$(seconds_arg "$2")"
+        secs=$(seconds_arg "$2") || exit 1  # (a failed $() as an argument would not stop us)
+        controller_stop "$secs"
         return
     fi
     [ $# -ge 2 ] || die "$fault_usage"
