@@ -478,7 +478,10 @@ setup_node_net() {  # setup_node_net SITE K
             done
             add_mgmt "$name" "jwbc${k}m" nmn0 "10.67.2.$k" ;;
         fqdn)
-            add_veth "$name" "jwbf${k}p" eth0 "10.66.3.$k/16" ;;
+            add_veth "$name" "jwbf${k}p" eth0 "10.66.3.$k/16"
+            # one network: the controller (and login node) at its management address is
+            # reached over it, as a single-network site's controller sits on its only network
+            ip -n "$name" route replace "$ctl_addr/32" via "$ctl_fabric_addr" dev eth0 ;;
     esac
 }
 
