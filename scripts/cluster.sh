@@ -51,7 +51,8 @@
 #     nid00000K-nmn (management, NodeAddr)
 #   fqdn: lrdn000K (Slurm's NodeName), hostname lrdn000K.leonardo.local (NodeHostname); eth0
 #     10.66.3.K/16, both names resolve to it: one network (NodeAddr too), as the site modelled
-#     has (a hostname that is the fabric's name); no management network, no fabric faults
+#     has (a hostname that is the fabric's name); no management network, no fabric faults; a
+#     host route to the controller's management address via its fabric address
 # Host-side veth ends: fabric jwbKKKKp, jwbjKp, jwbcKpJ, jwbfKp; management jwbKKKKm, jwbjKm,
 # jwbcKm (Linux caps names at 15 characters).
 # Each node's /etc/hosts holds what its site's DNS answers for the controller and that site's
