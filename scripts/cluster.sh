@@ -5,10 +5,14 @@
 #                                     # without N: 2, or the running lab's N if bigger)
 #                                     # + 2 nodes of each other site (below); a lab up with
 #                                     # another N is grown or shrunk to N in place
-#   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridge
-#   bash scripts/cluster.sh status    # sinfo
+#   bash scripts/cluster.sh down      # stop what `up` started, remove namespaces and bridges
+#   bash scripts/cluster.sh status    # faults and killed nodes, then sinfo
 #   bash scripts/cluster.sh kill-node NODE    # NODE dies as hardware dies (below)
 #   bash scripts/cluster.sh revive-node NODE  # NODE back: network, slurmd, resumed in Slurm
+#   bash scripts/cluster.sh fault NODE[,NODE...] fabric-down|fabric-up  # fabric port dead/back,
+#                                     # the node alive (management, slurmd, processes)
+#   bash scripts/cluster.sh fault NODE[,NODE...] flap SECONDS  # fabric down, up after SECONDS
+#   bash scripts/cluster.sh fault controller-stop SECONDS     # slurmctld SIGSTOP, SIGCONT after
 #
 # Strict like a real site (a test that passes only because the lab is kinder than a cluster
 # is a defect of the lab):
@@ -24,25 +28,33 @@
 #   - each node's /etc/hosts is Debian-style (own hostname -> 127.0.1.1 first, then the
 #     cluster entry): JWB_CLUSTER_HOSTS=plain leaves the 127.0.1.1 line out.
 #
-# Layout (all on this machine, shared filesystem):
+# Layout (all on this machine, shared filesystem), two networks as sites have:
 #   host netns ("login node"): munged, slurmctld and slurmdbd (own UTS ns, hostname jwbctl),
-#     MariaDB for accounting (127.0.0.1:$db_port, data in $state/mysql), bridge jwbbr0 10.66.0.254/16
+#     MariaDB for accounting (127.0.0.1:$db_port, data in $state/mysql),
+#     bridge jwbbr0 10.66.0.254/16 (the fabric: InfiniBand, Slingshot) and
+#     bridge jwbmg0 10.67.0.254/16 (the management Ethernet: jwbctl resolves to this address)
 #   netns jwbKKKK (one per node, K = 1..N as 4 digits, as JUWELS Booster's jwb0001..jwb0936):
 #     slurmd in its own UTS ns (hostname jwbKKKK) and mount ns
-#     jwbKKKKi  veth on the bridge, 10.66.0.K/16   <- the only way between nodes
-#     eth0      tap,   10.67.0.K/32                <- what the hostname jwbKKKK resolves to; no
-#                                                     other node has a route to it (as on JSC,
-#                                                     where the hostname is not the IB name)
-# Other sites' nodes, in the same cluster, on the same bridge, each site in a partition of its
+#     jwbKKKKi  veth on jwbbr0, 10.66.0.K/16  <- the fabric: what the jobs must use
+#     eth0      veth on jwbmg0, 10.67.0.K/16  <- management: what the hostname jwbKKKK resolves
+#                                               to, Slurm's NodeAddr (slurmctld, srun, sbcast);
+#                                               it works, slowly ($mgmt_shape): a job
+#                                               that rendezvouses by hostname trains over it
+#                                               (as on JSC, where the hostname is not the IB name)
+# Other sites' nodes, in the same cluster, on the same bridges, each site in a partition of its
 # own (JWB_CLUSTER_SITES="jupiter cray fqdn" is the default; empty: JUWELS Booster only):
 #   jupiter: jpbo-001-0K; ib0 10.66.1.K/16 = jpbo-001-0K-interconnect-1.jupiter.internal (the
-#     only way between nodes); eth0 tap 10.67.1.K/32 = jpbo-001-0K (management, unreachable)
+#     fabric); eth0 on jwbmg0 10.67.1.K/16 = jpbo-001-0K (management, NodeAddr)
 #   cray: nid00000K; hsn0..hsn3 10.66.(20+J).K/16, four NICs in one subnet, the nid name
 #     resolving to all four (arp_ignore=1, arp_announce=2, a routing table per NIC: each
-#     address answered by and answering from its own NIC); nmn0 tap 10.67.2.K/32 = nid00000K-nmn
+#     address answered by and answering from its own NIC); nmn0 on jwbmg0 10.67.2.K/16 =
+#     nid00000K-nmn (management, NodeAddr)
 #   fqdn: lrdn000K (Slurm's NodeName), hostname lrdn000K.leonardo.local (NodeHostname); eth0
-#     10.66.3.K/16, both names resolve to it
-# Host-side veth ends: jwbKKKKp, jwbjKp, jwbcKpJ, jwbfKp (Linux caps names at 15 characters).
+#     10.66.3.K/16, both names resolve to it: one network (NodeAddr too), as the site modelled
+#     has (a hostname that is the fabric's name); no management network, no fabric faults; a
+#     host route to the controller's management address via its fabric address
+# Host-side veth ends: fabric jwbKKKKp, jwbjKp, jwbcKpJ, jwbfKp; management jwbKKKKm, jwbjKm,
+# jwbcKm (Linux caps names at 15 characters).
 # Each node's /etc/hosts holds what its site's DNS answers for the controller and that site's
 # nodes; the controller's holds every site's.
 # The daemons (and so every job and container) see a private /etc/hosts bound over /etc/hosts and
@@ -64,9 +76,19 @@ done
 prog=cluster.sh
 state=${JWB_CLUSTER_STATE:-/run/torchrun-jsc-cluster}
 conf_dir=/etc/slurm
-bridge=jwbbr0
+bridge=jwbbr0       # the fabric (InfiniBand, Slingshot on the sites the lab plays)
+mgmt_bridge=jwbmg0  # the management Ethernet: Slurm's NodeAddr, what the hostnames resolve to
 ctl_name=jwbctl
-ctl_addr=10.66.0.254
+ctl_addr=10.67.0.254         # the controller (and login node) on the management network
+ctl_fabric_addr=10.66.0.254  # the same host on the fabric
+# The management links' shape (both ends of every node's management veth). A site's management
+# network is 1 GbE beside a 100-400 Gb/s fabric; here the fabric veths carry ~20 Gbit/s, so
+# 1 Gbit/s makes the wrong network really the slower one. No delay: this kernel has no netem,
+# and Slurm's RPCs (small messages, many round trips, MessageTimeout=10 on a loaded 2-core
+# machine) would pay any delay many times over; a rate limit they never feel. 1 Gbit/s, not
+# 100 Mbit/s: sbcast (runtime.stage) sends the image over this network, and a 1 GB image at
+# 100 Mbit/s would take 80 s per hop.
+mgmt_shape="tbf rate 1gbit burst 512k latency 20ms"
 max_nodes=128  # 10.66.0.K: K <= 253; 128 slurmd are about 1.3 GB (docs/development/cluster.md)
 lab_user=jwbuser  # the ordinary user who submits jobs beside root
 lab_account=lab
@@ -99,11 +121,11 @@ site_hostname() {  # site_hostname SITE K: the node's hostname (Slurm's NodeHost
     if [ "$1" = fqdn ]; then echo "$(site_node "$@").leonardo.local"; else site_node "$@"; fi
 }
 
-site_addr() {  # site_addr SITE K: the bridge address Slurm reaches the node at (NodeAddr)
-    case $1 in
-        juwels) echo "10.66.0.$2" ;;
-        jupiter) echo "10.66.1.$2" ;;
-        cray) echo "10.66.20.$2" ;;  # hsn0; hsnJ is 10.66.(20+J).K
+site_addr() {  # site_addr SITE K: the address Slurm reaches the node at (NodeAddr)
+    case $1 in  # the management network; Leonardo's nodes have one network (the fabric)
+        juwels) echo "10.67.0.$2" ;;
+        jupiter) echo "10.67.1.$2" ;;
+        cray) echo "10.67.2.$2" ;;
         fqdn) echo "10.66.3.$2" ;;
     esac
 }
@@ -121,13 +143,28 @@ site_dns() {  # site_dns SITE K: the /etc/hosts lines the site's DNS has for nod
     esac
 }
 
-site_host_ifs() {  # site_host_ifs SITE K: the host-side veth ends (at most 15 characters)
+site_fabric_ifs() {  # site_fabric_ifs SITE K: host-side ends on the fabric (<= 15 characters)
     case $1 in
         juwels) echo "$(node_name "$2")p" ;;
         jupiter) echo "jwbj$2p" ;;
         cray) echo "jwbc$2p0 jwbc$2p1 jwbc$2p2 jwbc$2p3" ;;
         fqdn) echo "jwbf$2p" ;;
     esac
+}
+
+site_mgmt_if() {  # site_mgmt_if SITE K: the host-side end on the management network (or none)
+    case $1 in
+        juwels) echo "$(node_name "$2")m" ;;
+        jupiter) echo "jwbj$2m" ;;
+        cray) echo "jwbc$2m" ;;
+        fqdn) ;;  # one network
+    esac
+}
+
+site_host_ifs() {  # site_host_ifs SITE K: every host-side end of the node's links
+    local ifs
+    ifs="$(site_fabric_ifs "$@") $(site_mgmt_if "$@")"
+    echo "${ifs% }"
 }
 
 lab_nodes() {  # lab_nodes N SITES: "SITE K" for every node of that layout
@@ -382,33 +419,34 @@ ensure_lab_user() {  # an ordinary user, same UID on every node (the nodes share
     id "$lab_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$lab_user"
 }
 
-setup_bridge() {
-    ip link show "$bridge" >/dev/null 2>&1 || ip link add "$bridge" type bridge
+setup_bridge() {  # setup_bridge BRIDGE ADDR: the bridge, with the controller's ADDR/16 on it
+    ip link show "$1" >/dev/null 2>&1 || ip link add "$1" type bridge
     local addrs  # not `ip | grep -q`: with pipefail, grep's early exit can fail the pipeline
-    addrs=$(ip -o addr show dev "$bridge")
-    [[ "$addrs" == *" $ctl_addr/"* ]] || ip addr add "$ctl_addr/16" dev "$bridge"
-    ip link set "$bridge" up
+    addrs=$(ip -o addr show dev "$1")
+    [[ "$addrs" == *" $2/"* ]] || ip addr add "$2/16" dev "$1"
+    ip link set "$1" up
 }
 
-add_veth() {  # add_veth NETNS HOST_IF NODE_IF CIDR: a NIC of the node, its peer on the bridge
-    local ns=$1 host_if=$2 node_if=$3 cidr=$4
+# add_veth NETNS HOST_IF NODE_IF CIDR [BRIDGE]: a NIC of the node, its peer on BRIDGE (default:
+# the fabric). Also what brings a node's links back up (revive-node, fault fabric-up, up).
+add_veth() {
+    local ns=$1 host_if=$2 node_if=$3 cidr=$4 br=${5:-$bridge}
     if ! ip -n "$ns" link show "$node_if" >/dev/null 2>&1; then
         ip link del "$host_if" 2>/dev/null || true
         ip link add "$host_if" type veth peer name "$node_if" netns "$ns"
         ip -n "$ns" addr add "$cidr" dev "$node_if"
     fi
-    ip link set "$host_if" master "$bridge"
+    ip link set "$host_if" master "$br"
     ip link set "$host_if" up
     ip -n "$ns" link set "$node_if" up
 }
 
-add_tap() {  # add_tap NETNS IF ADDR: a local address nobody else can reach (a management net)
-    # a tap without a reader (no dummy module here); /32: no other node is on its subnet
-    if ! ip -n "$1" link show "$2" >/dev/null 2>&1; then
-        ip -n "$1" tuntap add "$2" mode tap
-        ip -n "$1" addr add "$3/32" dev "$2"
-    fi
-    ip -n "$1" link set "$2" up
+add_mgmt() {  # add_mgmt NETNS HOST_IF NODE_IF ADDR: the management NIC, shaped ($mgmt_shape)
+    add_veth "$1" "$2" "$3" "$4/16" "$mgmt_bridge"
+    # shellcheck disable=SC2086  # the shape is words
+    tc qdisc replace dev "$2" root $mgmt_shape
+    # shellcheck disable=SC2086
+    tc -n "$1" qdisc replace dev "$3" root $mgmt_shape
 }
 
 setup_node_net() {  # setup_node_net SITE K
@@ -419,10 +457,10 @@ setup_node_net() {  # setup_node_net SITE K
     case $site in
         juwels)
             add_veth "$name" "${name}p" "${name}i" "10.66.0.$k/16"
-            add_tap "$name" eth0 "10.67.0.$k" ;;
+            add_mgmt "$name" "${name}m" eth0 "10.67.0.$k" ;;
         jupiter)
             add_veth "$name" "jwbj${k}p" ib0 "10.66.1.$k/16"
-            add_tap "$name" eth0 "10.67.1.$k" ;;
+            add_mgmt "$name" "jwbj${k}m" eth0 "10.67.1.$k" ;;
         cray)
             # Four NICs in one subnet. Linux answers ARP for any of its addresses on every
             # interface (and sends everything out of the first route's NIC): arp_ignore=1 makes
@@ -439,39 +477,53 @@ setup_node_net() {  # setup_node_net SITE K
                 [ -n "$(ip -n "$name" rule show from "$addr" table $((100 + j)))" ] ||
                     ip -n "$name" rule add from "$addr" table $((100 + j))
             done
-            add_tap "$name" nmn0 "10.67.2.$k" ;;
+            add_mgmt "$name" "jwbc${k}m" nmn0 "10.67.2.$k" ;;
         fqdn)
-            add_veth "$name" "jwbf${k}p" eth0 "10.66.3.$k/16" ;;
+            add_veth "$name" "jwbf${k}p" eth0 "10.66.3.$k/16"
+            # one network: the controller (and login node) at its management address is
+            # reached over it, as a single-network site's controller sits on its only network
+            ip -n "$name" route replace "$ctl_addr/32" via "$ctl_fabric_addr" dev eth0 ;;
     esac
 }
 
-# static_neighbours N: every JUWELS Booster node knows the bridge address and the other N-1
-# nodes' `i` addresses with their MACs (permanent neighbour entries), so no ARP runs between them.
+# static_neighbours N: every JUWELS Booster node knows the controller and the other N-1 nodes on
+# both networks (`i` addresses on the fabric, management addresses on eth0) with their MACs
+# (permanent neighbour entries), so no ARP runs between them.
 # All nodes share this one kernel: a gloo full mesh on 64 nodes sends 64 x 63 ARP requests at
 # once, each flooded to every port of the bridge, past the kernel's receive backlog
 # (netdev_max_backlog, 1000 packets per core); the dropped requests ended connects with "No
 # route to host" (gloo gives up after 3 tries). Real nodes resolve their peers on their own.
+# The management network gets the same: a plain torchrun by hostname runs its mesh over it.
 static_neighbours() {
-    local n=$1 k j mac name lines
-    local -a macs=()
+    local n=$1 k j name lines fab_ctl mgmt_ctl
+    local -a fab=() mgmt=()
+    fab_ctl=$(link_mac host "$bridge")
+    mgmt_ctl=$(link_mac host "$mgmt_bridge")
     for k in $(seq 1 "$n"); do
         printf -v name 'jwb%04d' "$k"
-        mac=$(ip -n "$name" -o link show dev "${name}i")
-        mac=${mac#*link/ether }
-        macs[k]=${mac%% *}
+        fab[k]=$(link_mac "$name" "${name}i")
+        mgmt[k]=$(link_mac "$name" eth0)
     done
-    mac=$(ip -o link show dev "$bridge")
-    mac=${mac#*link/ether }
-    mac=${mac%% *}
     for k in $(seq 1 "$n"); do
         printf -v name 'jwb%04d' "$k"
         lines="neigh flush dev ${name}i nud permanent"$'\n'
-        lines+="neigh replace $ctl_addr lladdr $mac dev ${name}i nud permanent"$'\n'
+        lines+="neigh flush dev eth0 nud permanent"$'\n'
+        lines+="neigh replace $ctl_fabric_addr lladdr $fab_ctl dev ${name}i nud permanent"$'\n'
+        lines+="neigh replace $ctl_addr lladdr $mgmt_ctl dev eth0 nud permanent"$'\n'
         for j in $(seq 1 "$n"); do
-            [ "$j" = "$k" ] || lines+="neigh replace 10.66.0.$j lladdr ${macs[j]} dev ${name}i nud permanent"$'\n'
+            [ "$j" != "$k" ] || continue
+            lines+="neigh replace 10.66.0.$j lladdr ${fab[j]} dev ${name}i nud permanent"$'\n'
+            lines+="neigh replace 10.67.0.$j lladdr ${mgmt[j]} dev eth0 nud permanent"$'\n'
         done
         ip -n "$name" -batch - <<<"$lines"
     done
+}
+
+link_mac() {  # link_mac NETNS|host IF: the interface's MAC address
+    local out
+    if [ "$1" = host ]; then out=$(ip -o link show dev "$2"); else out=$(ip -n "$1" -o link show dev "$2"); fi
+    out=${out#*link/ether }
+    echo "${out%% *}"
 }
 
 # run_in_ns PIDFILE LOG NETNS NODE HOSTNAME CMD...: start CMD in the foreground of a new UTS +
@@ -522,6 +574,12 @@ cmd_up() {
         echo "$prog: the running cluster predates the site layouts: restarting it"
         cmd_down >/dev/null
     fi
+    if [ -s "$state/nodes" ] && ! ip link show "$mgmt_bridge" >/dev/null 2>&1; then
+        # an older cluster.sh's lab (hostnames on taps nobody reaches): lay it out anew
+        echo "$prog: the running cluster predates the management network: restarting it"
+        cmd_down >/dev/null
+    fi
+    controller_cont >/dev/null  # a controller stopped by `fault controller-stop` runs again
     [ -s "$state/nodes" ] && current=$(cat "$state/nodes")
     [ -e "$state/sites" ] && current_sites=$(cat "$state/sites")
     if [ $# -ge 1 ]; then
@@ -555,9 +613,11 @@ cmd_up() {
     fi
     ensure_lab_user
     start_munge
-    setup_bridge
+    setup_bridge "$bridge" "$ctl_fabric_addr"
+    setup_bridge "$mgmt_bridge" "$ctl_addr"
     while read -r site k; do setup_node_net "$site" "$k"; done < <(lab_nodes "$n" "$sites")
     static_neighbours "$n"
+    clear_faults  # every node's links are up again (above), slurmctld continued
     if ! pid_alive "$state/slurmctld.pid" slurmctld; then
         if [ -n "$keep_state" ] && pid_alive "$state/slurmdbd.pid" slurmdbd; then
             # resized: the same controller state (jobs, next job id) and accounting database
@@ -659,6 +719,7 @@ remove_node() {  # remove_node SITE K: its slurmd, every process in it, its name
     local name host_if
     name=$(site_node "$1" "$2")
     stop_pid "$state/slurmd-$name.pid" slurmd
+    rm -f "$state/faults/$name" "$state/killed/$name"
     [ -e "/run/netns/$name" ] || return 0
     kill_netns_procs "$name"
     ip netns del "$name"
@@ -666,7 +727,8 @@ remove_node() {  # remove_node SITE K: its slurmd, every process in it, its name
 }
 
 cmd_down() {
-    local site k pidfile
+    local site k pidfile br
+    clear_faults  # a stopped slurmctld would not act on its TERM
     # TERM every daemon first so that they shut down in parallel; stop_pid then waits for each.
     for pidfile in "$state"/slurmd-*.pid "$state/slurmctld.pid" "$state/slurmdbd.pid"; do
         pid_alive "$pidfile" "$(basename "$pidfile" .pid | cut -d- -f1)" || continue
@@ -679,7 +741,9 @@ cmd_down() {
     stop_pid "$state/slurmdbd.pid" slurmdbd
     stop_pid "$state/mariadbd.pid" mariadbd
     stop_pid "$state/munged.pid" munged
-    if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
+    for br in "$bridge" "$mgmt_bridge"; do
+        if ip link show "$br" >/dev/null 2>&1; then ip link del "$br"; fi
+    done
     rm -f "$state"/hosts-* "$state/nodes" "$state/sites"
     rm -rf "$state/node"  # the nodes' /tmp: node-local, gone with the node
     # the slurmds' spool: a fresh controller numbers jobs from 1 again, and a step socket left
@@ -696,16 +760,20 @@ cmd_status() {
         echo "$prog: not up (node namespaces: ${nodes:-none})"
         return 3
     fi
+    show_faults
+    # a stopped controller answers nobody: sinfo would wait MessageTimeout and fail
+    [ -z "$(fault_record controller)" ] || return 0
     sinfo
 }
 
 # --- A node that dies as hardware dies (docs/development/cluster.md, "Killing a node") ---------
-# kill-node: the node's links on the bridge go down first (so that nothing the dying processes'
-# kernel sends, FIN or RST, reaches a peer: peers see silence, as with a dead node or a dead
-# port), then every process of its namespace gets SIGKILL at once (slurmd, slurmstepd, the job's
-# tasks and containers), until none is left. Slurm is told nothing: it notices by its own
-# SlurmdTimeout, as it would on a site. revive-node: links up, slurmd started again, the node
-# resumed in Slurm if Slurm had marked it down. A killed node is recorded in $state/killed/NODE.
+# kill-node: the node's links on both bridges (fabric and management: a dead node is silent on
+# both) go down first (so that nothing the dying processes' kernel sends, FIN or RST, reaches a
+# peer: peers see silence, as with a dead node or a dead port), then every process of its
+# namespace gets SIGKILL at once (slurmd, slurmstepd, the job's tasks and containers), until
+# none is left. Slurm is told nothing: it notices by its own SlurmdTimeout, as it would on a
+# site. revive-node: links up, slurmd started again, the node resumed in Slurm if Slurm had
+# marked it down. A killed node is recorded in $state/killed/NODE.
 
 node_site_k() {  # node_site_k NODE: "SITE K" of a node of the running layout, or fail
     local site k
@@ -735,7 +803,7 @@ cmd_kill_node() {  # kill-node NODE
         sleep 0.1
     done
     [ -z "$(ip netns pids "$name" 2>/dev/null)" ] || die "processes of $name survived SIGKILL"
-    rm -f "$state/slurmd-$name.pid"
+    rm -f "$state/slurmd-$name.pid" "$state/faults/$name"  # a fabric fault: now all is down
     mkdir -p "$state/killed"
     date +%s >"$state/killed/$name"
     echo "$prog: killed $name at $(date +%H:%M:%S): $count processes, links down" \
@@ -758,7 +826,7 @@ cmd_revive_node() {  # revive-node NODE
     local name=${1:-} site k host_if state_now started
     [ -n "$name" ] || die "usage: $0 revive-node NODE"
     read -r site k < <(node_site_k "$name")
-    setup_node_net "$site" "$k"  # idempotent: the links up again
+    setup_node_net "$site" "$k"  # idempotent: the links (both networks) up again
     if ! pid_alive "$state/slurmd-$name.pid" slurmd; then
         started=$(date +%s)
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
@@ -780,11 +848,183 @@ cmd_revive_node() {  # revive-node NODE
     # resv: idle in a reservation (the second test lane's nodes, tests/helpers/lanes.py)
     wait_until 60 sh -c "sinfo -h -N -n '$name' -o '%t' | grep -qE '^(idle|mix|alloc|comp|resv)\$'" ||
         die "node $name is $(node_state "$name") in Slurm, not usable, 60 s after its slurmd started"
-    rm -f "$state/killed/$name"
+    rm -f "$state/killed/$name" "$state/faults/$name"
     echo "$prog: revived $name at $(date +%H:%M:%S): links up, slurmd registered, $(node_state "$name")"
 }
 
-[ $# -ge 1 ] || die "usage: $0 up [N] | down | status | kill-node NODE | revive-node NODE"
+# --- Faults of a live node or of the controller (docs/development/cluster.md, "Faults") --------
+# fault NODES fabric-down: the fabric links of every node in NODES (comma-separated) go down on
+#   the bridge side, as a dead InfiniBand port or cable: the node keeps its management network,
+#   slurmd, its job's processes; peers on the fabric hear silence (no RST: the node's kernel
+#   never sees their packets). fabric-up brings them back.
+# fault NODES flap SECONDS: fabric down on all of NODES at once, up again after SECONDS; returns
+#   when they are up (the lock is let go meanwhile, so kill-node, status, up, down still run).
+# fault controller-stop SECONDS: slurmctld gets SIGSTOP, SIGCONT after SECONDS (a controller
+#   that does not answer: RPCs wait for MessageTimeout=$message_timeout s and fail).
+# Each fault is recorded in $state/faults/NODE (or .../controller) as "KIND EPOCH [PID]" (PID:
+# the cluster.sh that undoes it when its SECONDS are over); `status` lists them; `up`, `down`,
+# kill-node and revive-node clear them (a flap or stop whose record went away undoes nothing).
+
+fault_usage="usage: $0 fault NODE[,NODE...] fabric-down|fabric-up|flap SECONDS | $0 fault controller-stop SECONDS"
+
+seconds_arg() {  # seconds_arg VALUE: VALUE if it is a number of seconds in (0, 3600]
+    if [[ "$1" =~ ^[0-9]+([.][0-9]+)?$ ]] && awk "BEGIN { exit !($1 > 0 && $1 <= 3600) }"; then
+        echo "$1"
+    else
+        die "SECONDS must be a number in (0, 3600], got '$1': $fault_usage"
+    fi
+}
+
+fault_nodes() {  # fault_nodes NODES: "NAME SITE K" for each comma-separated node, or fail
+    local name site_k
+    [[ "$1" =~ ^[^,]+(,[^,]+)*$ ]] || die "NODE list must be names joined by commas, got '$1'"
+    for name in ${1//,/ }; do
+        site_k=$(node_site_k "$name") || exit 1
+        [ -e "/run/netns/$name" ] || die "node $name has no network namespace: run '$0 up' first"
+        if [ -e "$state/killed/$name" ] && ! pid_alive "$state/slurmd-$name.pid" slurmd; then
+            die "node $name is killed (both networks down): $0 revive-node $name"
+        fi
+        # shellcheck disable=SC2086  # "SITE K": two words
+        [ -n "$(site_mgmt_if $site_k)" ] ||
+            die "node $name has one network (the fabric is Slurm's too): a fabric fault would be kill-node"
+        echo "$name $site_k"
+    done
+}
+
+fabric_links() {  # fabric_links up|down SITE K: the node's fabric links, bridge side
+    local host_if
+    for host_if in $(site_fabric_ifs "$2" "$3"); do ip link set "$host_if" "$1"; done
+}
+
+fault_record() {  # fault_record NAME: the recorded fault of NAME ("" when none)
+    cat "$state/faults/$1" 2>/dev/null || true
+}
+
+fabric_down() {  # fabric_down KIND LINES ("NAME SITE K"): links down, recorded as KIND
+    local name site k rec
+    while read -r name site k; do
+        rec=$(fault_record "$name")
+        [ -z "$rec" ] || die "fabric of $name is already down (${rec%% *}): $0 fault $name fabric-up"
+    done <<<"$2"
+    mkdir -p "$state/faults"
+    while read -r name site k; do
+        fabric_links down "$site" "$k"
+        echo "$1 $(date +%s)${3:+ $3}" >"$state/faults/$name"
+    done <<<"$2"
+}
+
+fabric_up() {  # fabric_up LINES [OWNER]: links up, record gone; with OWNER only where it still holds
+    local name site k rec
+    while read -r name site k; do
+        rec=$(fault_record "$name")
+        if [ -n "${2:-}" ] && [ "${rec##* }" != "$2" ]; then continue; fi
+        fabric_links up "$site" "$k"
+        rm -f "$state/faults/$name"
+        echo "$prog: fabric of $name up at $(date +%H:%M:%S)${rec:+ (was ${rec%% *})}"
+    done <<<"$1"
+}
+
+fault_wait() {  # fault_wait SECONDS: sleep, interruptible (bash runs a trap only between
+    # commands: a foreground sleep would delay ^C's undoing by up to SECONDS); without the lock's
+    # descriptor, which a sleep left behind would otherwise keep locked
+    sleep "$1" 9>&- &
+    wait "$!"
+}
+
+relock() {  # take the cluster lock again after a fault's wait
+    flock -w 300 9 || die "another cluster.sh held /run/torchrun-jsc-cluster.lock for 300 s"
+}
+
+cmd_fault() {  # fault NODES fabric-down|fabric-up|flap SECONDS | fault controller-stop SECONDS
+    local secs names
+    [ $# -ge 1 ] || die "$fault_usage"
+    [ -s "$state/nodes" ] || die "cluster is not up"
+    if [ "$1" = controller-stop ]; then
+        [ $# -eq 2 ] || die "$fault_usage"
+        secs=$(seconds_arg "$2") || exit 1  # (a failed $() as an argument would not stop us)
+        controller_stop "$secs"
+        return
+    fi
+    [ $# -ge 2 ] || die "$fault_usage"
+    case $2 in
+        fabric-down|fabric-up) [ $# -eq 2 ] || die "$fault_usage" ;;
+        flap) [ $# -eq 3 ] || die "$fault_usage"; secs=$(seconds_arg "$3") ;;
+        *) die "unknown fault '$2': $fault_usage" ;;
+    esac
+    fault_lines=$(fault_nodes "$1") || exit 1  # global: the EXIT trap reads it
+    names=$(cut -d' ' -f1 <<<"$fault_lines" | paste -sd, -)
+    case $2 in
+        fabric-down)
+            fabric_down fabric-down "$fault_lines"
+            echo "$prog: fabric of $names down at $(date +%H:%M:%S); management network," \
+                 "slurmd and processes live; back with: $0 fault $names fabric-up" ;;
+        fabric-up) fabric_up "$fault_lines" ;;
+        flap)
+            fabric_down flap "$fault_lines" "$$"
+            # undone however this ends (a caller's timeout, ^C; not SIGKILL: then `up` undoes
+            # it), unless someone else did meanwhile
+            trap 'fabric_up "$fault_lines" "$$" >/dev/null 2>&1 || true' EXIT
+            trap 'exit 130' INT TERM
+            echo "$prog: fabric of $names down at $(date +%H:%M:%S) for $secs s"
+            flock -u 9
+            fault_wait "$secs"
+            relock
+            fabric_up "$fault_lines" "$$"
+            trap - EXIT ;;
+    esac
+}
+
+controller_stop() {  # controller_stop SECONDS: slurmctld stopped, continued after SECONDS
+    local pid rec
+    pid_alive "$state/slurmctld.pid" slurmctld || die "slurmctld is not running"
+    rec=$(fault_record controller)
+    [ -z "$rec" ] || die "slurmctld is already stopped (${rec%% *}): wait, or run $0 up"
+    pid=$(cat "$state/slurmctld.pid")
+    mkdir -p "$state/faults"
+    echo "controller-stop $(date +%s) $$" >"$state/faults/controller"
+    trap 'controller_cont "$$" >/dev/null 2>&1 || true' EXIT
+    trap 'exit 130' INT TERM
+    kill -STOP "$pid"
+    echo "$prog: slurmctld stopped at $(date +%H:%M:%S) for $1 s"
+    flock -u 9
+    fault_wait "$1"
+    relock
+    controller_cont "$$"
+    trap - EXIT
+}
+
+controller_cont() {  # controller_cont [OWNER]: SIGCONT slurmctld if stopped (by OWNER, if given)
+    local rec
+    rec=$(fault_record controller)
+    [ -n "$rec" ] || return 0
+    if [ -n "${1:-}" ] && [ "${rec##* }" != "$1" ]; then return 0; fi
+    if pid_alive "$state/slurmctld.pid" slurmctld; then kill -CONT "$(cat "$state/slurmctld.pid")"; fi
+    rm -f "$state/faults/controller"
+    echo "$prog: slurmctld continued at $(date +%H:%M:%S)"
+}
+
+clear_faults() {  # every recorded fault undone: slurmctld continued, records gone (links: callers)
+    controller_cont >/dev/null
+    rm -rf "$state/faults"
+}
+
+show_faults() {  # one line per killed node and recorded fault
+    local f rec kind when
+    for f in "$state"/killed/*; do
+        [ -e "$f" ] || continue
+        echo "$prog: killed: ${f##*/} since $(date -d "@$(cat "$f")" +%H:%M:%S)"
+    done
+    for f in "$state"/faults/*; do
+        [ -e "$f" ] || continue
+        rec=$(cat "$f")
+        read -r kind when _ <<<"$rec"
+        echo "$prog: fault: ${f##*/} $kind since $(date -d "@$when" +%H:%M:%S)"
+    done
+}
+
+usage="usage: $0 up [N] | down | status | kill-node NODE | revive-node NODE |"
+usage+=" fault NODE[,NODE...] fabric-down|fabric-up|flap SECONDS | fault controller-stop SECONDS"
+[ $# -ge 1 ] || die "$usage"
 [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, slurmd); rerun with sudo"
 # One cluster operation at a time (a test session and `make demo` may race). Every daemon is
 # started with fd 9 closed: one that inherited it would hold the lock for as long as it runs.
@@ -796,5 +1036,6 @@ case $1 in
     status) cmd_status ;;
     kill-node) shift; cmd_kill_node "$@" ;;
     revive-node) shift; cmd_revive_node "$@" ;;
-    *) die "unknown command '$1': usage: $0 up [N] | down | status | kill-node NODE | revive-node NODE" ;;
+    fault) shift; cmd_fault "$@" ;;
+    *) die "unknown command '$1': $usage" ;;
 esac

@@ -15,18 +15,21 @@ CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
 STATE = Path("/run/torchrun-jsc-cluster")
 
 # Run on every node by srun: the node's own names, then a TCP connect to the next node's slurmd
-# (in the ring of the step's nodes) by its hostname (must fail: the management address) and by
-# its `i` name (the fabric: must connect). argv: the step's node names in order.
+# (in the ring of the step's nodes) by its hostname (the management network) and by its `i` name
+# (the fabric), with the local address each connection left from ("src": which network carried
+# it). argv: the step's node names in order.
 PROBE = r"""
 import json, socket, sys
 me = socket.gethostname()
 nodes = sys.argv[1:]
 peer = nodes[(nodes.index(me) + 1) % len(nodes)]
 addrs = lambda name: list(dict.fromkeys(a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)))
-res = {"me": me, "me_addrs": addrs(me), "me_i_addrs": addrs(me + "i"), "peer": peer}
+res = {"me": me, "me_addrs": addrs(me), "me_i_addrs": addrs(me + "i"), "peer": peer, "src": {}}
 for name in (peer, peer + "i"):
     try:
-        socket.create_connection((name, 6818), timeout=5).close()
+        c = socket.create_connection((name, 6818), timeout=5)
+        res["src"][name] = c.getsockname()[0]
+        c.close()
         res[name] = "reachable"
     except OSError as e:
         res[name] = type(e).__name__

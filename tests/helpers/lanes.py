@@ -47,6 +47,7 @@ LANE_B = (
     "tests/lab/test_hangs.py",
     "tests/lab/test_hung_node.py",
     "tests/lab/test_node_loss.py",
+    "tests/lab/test_faults.py",
     "tests/lab/test_requeue.py",
     "tests/lab/test_spare_nodes.py",
 )

@@ -1,7 +1,8 @@
 """Ring 3: the local Slurm cluster itself (scripts/cluster.sh).
 
->= 2 nodes with fake GPU GRES; a JSC-like network (a node's hostname is not reachable from the
-other nodes, hostname + "i" is); as strict as a real site (tasks bound to cores, a /tmp per
+>= 2 nodes with fake GPU GRES; a JSC-like network with two networks, as on the site (a node's
+hostname is its management address, reachable from the other nodes over the slow management
+network; hostname + "i" is the fabric); as strict as a real site (tasks bound to cores, a /tmp per
 node, an ordinary second user, Debian-style /etc/hosts); up/down idempotent and leaving nothing
 behind; refusal when not root. The jobs that run on it are in test_e2e_*.py.
 """
@@ -55,7 +56,9 @@ def test_gpu_options_are_accepted_and_set_cuda_visible_devices(cluster):
 
 
 def test_network_is_jsc_like(cluster):
-    """Every node resolves a hostname the other nodes cannot reach, and a reachable "i" name."""
+    """Every node's hostname is its management address, the "i" name its fabric address; each
+    reaches the other node over its own network (the connection's source address says which),
+    and Slurm's NodeAddr is the management address."""
     p = sh(["srun", "-N2", "--ntasks-per-node=1", "--time=1", "python3", "-c", labsize.PROBE,
             "jwb0001", "jwb0002"], timeout=60)
     assert p.returncode == 0, p.stderr
@@ -65,13 +68,18 @@ def test_network_is_jsc_like(cluster):
     for k, me in ((1, "jwb0001"), (2, "jwb0002")):
         r = probes[me]
         peer = "jwb0002" if me == "jwb0001" else "jwb0001"
-        # Debian-style /etc/hosts: the own name is 127.0.1.1 first, then its (unreachable)
+        # Debian-style /etc/hosts: the own name is 127.0.1.1 first, then its management
         # address; the "i" name only the fabric address.
         assert r["me_addrs"] == ["127.0.1.1", f"10.67.0.{k}"], r
         assert r["me_i_addrs"] == [f"10.66.0.{k}"], r
-        assert r[peer + "i"] == "reachable", r
-        assert r[peer] != "reachable", r  # hostname: "Network is unreachable"
+        # the fabric by the "i" name, the management network by the hostname (it works, as on
+        # a site: a program that uses the hostname sends over the slow network)
+        assert r[peer + "i"] == "reachable" and r["src"][peer + "i"] == f"10.66.0.{k}", r
+        assert r[peer] == "reachable" and r["src"][peer] == f"10.67.0.{k}", r
         assert r["outside"] == errno.ENETUNREACH, r
+    for k, node in ((1, "jwb0001"), (2, "jwb0002")):
+        fields = sh(["scontrol", "show", "node", "-o", node]).stdout
+        assert f" NodeAddr=10.67.0.{k} " in fields, fields  # slurmctld, srun: management
 
 
 CPUS = 'echo "$(hostname) $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
@@ -195,7 +203,7 @@ def test_srun_mpi_pmix_across_nodes(cluster, shared_tmp):
     p = sh(["mpicc", "-o", str(shared_tmp / "hello"), str(shared_tmp / "hello.c")])
     assert p.returncode == 0, p.stderr
     # Open MPI's TCP transport must be told to use the inter-node network: the hostname's
-    # address (eth0 here, as on JSC) is unreachable from the other nodes.
+    # address (eth0 here, as on JSC) is the slow management network.
     env = {**os.environ, "OMPI_MCA_btl_tcp_if_include": "10.66.0.0/16"}
     p = sh(["srun", "-N2", "--ntasks-per-node=2", "--mpi=pmix", "--time=1",
             str(shared_tmp / "hello")], timeout=60, env=env)

@@ -3,7 +3,7 @@ of the scale lab that CI runs (the lab at 64 nodes is `make test-scale`, tests/l
 
 From the size it finds (2 in CI) to two more nodes and back: no `down`, the accounting and the
 job ids kept, every node's private /etc/hosts rewritten so that old and new nodes reach each
-other by their `i` names and not by their hostnames, `up` without N keeping the bigger lab (a
+other by their `i` names over the fabric and by their hostnames over the management network, `up` without N keeping the bigger lab (a
 test run must not shrink a lab someone grew), every node with the others as permanent
 neighbours (no ARP between them), a shrink refused in one line while a job runs on a node it
 would remove, and the removed nodes' namespaces, links and neighbour entries gone.
@@ -27,6 +27,12 @@ def daemon_pids() -> dict:
 def permanent_neighbours(name: str) -> list:
     out = sh(["ip", "-n", name, "neigh", "show", "nud", "permanent"]).stdout
     return sorted(line.split()[0] for line in out.splitlines())
+
+
+def neighbours(ks, me: int) -> list:
+    """Node ``me``'s permanent neighbours in a lab of nodes ``ks``: every other node and the
+    controller (.254) on the fabric (10.66) and on the management network (10.67)."""
+    return sorted(f"10.6{net}.0.{j}" for net in (6, 7) for j in [*ks, 254] if j != me)
 
 
 def job(*args: str) -> str:
@@ -72,8 +78,8 @@ def test_up_n_grows_and_shrinks_a_running_lab_in_place(cluster):
         assert same.returncode == 0 and f"up: {bigger} nodes" in same.stdout, same.stdout
         assert labsize.slurmd_pids() == pids
 
-        # every node, old and new: its own names, the next node by `i` (reachable) and by
-        # hostname (not)
+        # every node, old and new: its own names, the next node by `i` (the fabric) and by
+        # hostname (the management network)
         r = sh(["srun", f"-N{bigger}", "--ntasks-per-node=1", "--time=1", "python3", "-c",
                 labsize.PROBE, *names], timeout=120)
         assert r.returncode == 0, r.stderr
@@ -84,13 +90,14 @@ def test_up_n_grows_and_shrinks_a_running_lab_in_place(cluster):
         for k, name in enumerate(names, 1):
             x = probes[name]
             assert x["me_addrs"][-1] == f"10.67.0.{k}" and x["me_i_addrs"] == [f"10.66.0.{k}"], x
-            assert x[x["peer"] + "i"] == "reachable" and x[x["peer"]] != "reachable", x
+            assert x[x["peer"] + "i"] == "reachable" and x[x["peer"]] == "reachable", x
+            assert x["src"] == {x["peer"] + "i": f"10.66.0.{k}", x["peer"]: f"10.67.0.{k}"}, x
 
         # no ARP between the nodes (64 nodes' requests at once overflowed the one kernel's
-        # backlog): every node has the others and the controller as permanent neighbours
+        # backlog): every node has the others and the controller as permanent neighbours, on
+        # both networks
         for k, name in enumerate(names, 1):
-            assert permanent_neighbours(name) == \
-                sorted(f"10.66.0.{j}" for j in [*range(1, bigger + 1), 254] if j != k)
+            assert permanent_neighbours(name) == neighbours(range(1, bigger + 1), k)
 
         # a shrink that would remove a busy node is refused, naming the job
         busy = job("-w", node(bigger), "--wrap", "sleep 120")
@@ -116,8 +123,7 @@ def test_up_n_grows_and_shrinks_a_running_lab_in_place(cluster):
     hosts = sh(["srun", "-w", node(1), "-N1", "--time=1", "cat", "/etc/hosts"], timeout=60)
     assert hosts.returncode == 0 and f"{node(found)}i" in hosts.stdout, hosts.stderr
     assert node(bigger) not in hosts.stdout, hosts.stdout
-    assert permanent_neighbours(node(1)) == \
-        sorted(f"10.66.0.{j}" for j in [*range(2, found + 1), 254])
+    assert permanent_neighbours(node(1)) == neighbours(range(1, found + 1), 1)
     assert daemon_pids() == daemons
 
 

@@ -4,6 +4,10 @@ The jobscripts here are written by the tests (not rendered by the composer), so 
 the cluster and the launcher independently of jobs/*.job (see test_e2e_jobs.py for those):
 2 nodes x 2 processes, one launcher per node, rendezvous at jwb0001i.
   - torchrun_jsc passes with the right summary; plain torchrun fails (the JSC bug is real here);
+  - the training's traffic crosses the fabric (the `i` interfaces' byte counters), not the
+    management network that the hostnames resolve to; stock torchrun that rendezvouses by
+    hostname gets past the rendezvous over the management network, then fails at Debian's
+    127.0.1.1 (the lab's default hosts) or trains over the management network (plain hosts);
   - one srun task per rank with env:// works too;
   - a rank that dies mid-run ends the whole job non-zero within seconds, nothing left running;
   - a job restarted after a crash resumes from the last checkpoint.
@@ -15,9 +19,11 @@ import os
 import subprocess
 from pathlib import Path
 
+from tests.helpers import labnet
 from tests.helpers.labjobs import assert_ended_within
 
 REPO = Path(__file__).resolve().parents[2]
+STATE = Path("/run/torchrun-jsc-cluster")
 VENV = Path(os.environ.get("VENV", REPO / ".venv"))
 JOB_TIMEOUT_S = 240
 
@@ -46,6 +52,16 @@ export MASTER_ADDR="${{head}}i" MASTER_PORT="$port"
 srun --kill-on-bad-exit=1 bash -c \\
     'export GLOO_SOCKET_IFNAME="$(hostname)i"; exec python examples/ddp_train.py "$@"' _ {args}
 """
+
+
+# The traffic job: 2 nodes x 1 process, 8 all_reduce calls of 4 MiB each
+# (tests/helpers/programs/allreduce_volume.py), rendezvous at ENDPOINT.
+VOLUME_JOB = HEADER + """
+srun --kill-on-bad-exit=1 --ntasks-per-node=1 {launcher} --nnodes=2 --nproc_per_node=1 \\
+    --rdzv_backend=c10d --rdzv_endpoint="{endpoint}:$port" --rdzv_id="$SLURM_JOB_ID" \\
+    --max_restarts=0 --rdzv_conf=read_timeout=10 tests/helpers/programs/allreduce_volume.py
+"""
+VOLUME_MIB = 2 * 8 * 4  # what each node sends plus receives, at least (a ring of two ranks)
 
 
 def submit(cluster, shared_tmp: Path, name: str, text: str):
@@ -86,6 +102,48 @@ def test_torchrun_jsc_job_passes(cluster, shared_tmp):
                                                                 args="--steps 20"))
     summary = assert_good(cluster, res)
     assert summary["steps"] == 20 and summary["resumed_from_step"] == 0
+
+
+def test_torchrun_jsc_traffic_crosses_the_fabric(cluster, shared_tmp):
+    """The training's bytes go over the `i` interfaces (the fabric), not over eth0 (the
+    management network, which the hostnames resolve to and Slurm uses)."""
+    before = labnet.counters(["jwb0001", "jwb0002"])
+    res = submit(cluster, shared_tmp, "volume", VOLUME_JOB.format(launcher="torchrun_jsc",
+                                                                  endpoint="${head}i"))
+    carried = labnet.since(before)
+    print(f"bytes per network: {carried}")
+    assert res.state == "COMPLETED" and res.output.count("VOLUME_OK") == 2, res.output
+    for node, nets in carried.items():
+        assert nets["fabric"] >= VOLUME_MIB << 20, (node, carried)
+        # Slurm's own messages for the job (launch, output, pings) are KiB, not MiB
+        assert nets["management"] < nets["fabric"] / 20, (node, carried)
+
+
+def test_plain_torchrun_by_hostname(cluster, shared_tmp):
+    """Stock torchrun with the rendezvous at the hostname (jwb0001), as torch's documentation
+    shows it: the hostname is the management network, which works, slowly. The rendezvous
+    passes over it; then gloo, without GLOO_SOCKET_IFNAME, binds the first address of the
+    node's own name. With Debian's /etc/hosts (the lab's default) that is 127.0.1.1: each rank
+    publishes a loopback address and the other node's rank is refused. With a site's plain
+    hosts or DNS (JSC; JWB_CLUSTER_HOSTS=plain) it is the management address: the job works,
+    and every byte of its training crosses the management network instead of the fabric."""
+    debian = "127.0.1.1 jwb0001" in (STATE / "hosts-jwb0001").read_text()
+    before = labnet.counters(["jwb0001", "jwb0002"])
+    res = submit(cluster, shared_tmp, "plainhost", VOLUME_JOB.format(launcher="torchrun",
+                                                                     endpoint="${head}"))
+    carried = labnet.since(before)
+    print(f"bytes per network: {carried}")
+    if debian:
+        assert res.state == "FAILED" and "VOLUME_OK" not in res.output, res.output
+        # a worker's gloo failed: the rendezvous (over the management network) had passed
+        assert "Gloo connectFullMesh failed" in res.output, res.output
+        assert "remote=[127.0.1.1]" in res.output, res.output
+        assert leftover_ranks() == []
+        return
+    assert res.state == "COMPLETED" and res.output.count("VOLUME_OK") == 2, res.output
+    for node, nets in carried.items():
+        assert nets["management"] >= VOLUME_MIB << 20, (node, carried)
+        assert nets["fabric"] < nets["management"] / 20, (node, carried)
 
 
 def test_plain_torchrun_job_fails(cluster, shared_tmp):

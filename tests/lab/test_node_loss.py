@@ -1,8 +1,9 @@
 """Ring 3: a node that dies as hardware dies (scripts/cluster.sh kill-node / revive-node).
 
-kill-node takes the node's links off the bridge first, then SIGKILLs every process of its
-namespace at once: a peer that connects gets silence (a timeout, or no route once its ARP
-entry expires), never a refusal (RST) from a live kernel; Slurm is not told. revive-node
+kill-node takes the node's links off both bridges first (fabric and management network: a
+dead node is silent on both), then SIGKILLs every process of its namespace at once: a peer that
+connects, by the fabric name or by the hostname, gets silence (a timeout, or no route once its
+ARP entry expires), never a refusal (RST) from a live kernel; Slurm is not told. revive-node
 brings links and slurmd back and the node runs a step again.
 """
 
@@ -61,19 +62,21 @@ def test_kill_node_is_silent_death_and_revive_node_brings_it_back(cluster):
         assert f"killed {victim} at " in p.stdout and "links down" in p.stdout, p.stdout
         assert sh(["ip", "netns", "pids", victim]).stdout.strip() == ""
         assert not alive(slurmd)
-        link = sh(["ip", "-o", "link", "show", f"{victim}p"]).stdout
-        assert "state DOWN" in link, link
+        for end in ("p", "m"):  # the fabric's and the management network's link
+            link = sh(["ip", "-o", "link", "show", f"{victim}{end}"]).stdout
+            assert "state DOWN" in link, link
         # Slurm was told nothing: right after the kill it still counts the node as idle.
         assert state(victim) in lanes.IDLE, state(victim)
         again = sh([*CLUSTER, "kill-node", victim])
         assert again.returncode == 1 and f"node {victim} is already killed" in again.stderr
-        probe = sh(["srun", "-w", peer, "-N1", "-n1", "--time=1", "python3", "-c", PROBE,
-                    f"{victim}i"], timeout=60)
-        print(probe.stdout.strip())
-        words = probe.stdout.split()
-        assert words[:1] == ["PROBE"] and words[1] != "connected", probe.stdout + probe.stderr
-        # silence, never ConnectionRefusedError (an RST from a kernel that still runs)
-        assert words[1] in ("timeout", "TimeoutError", "OSError"), probe.stdout
+        for name in (f"{victim}i", victim):  # the fabric, then the management network
+            probe = sh(["srun", "-w", peer, "-N1", "-n1", "--time=1", "python3", "-c", PROBE,
+                        name], timeout=60)
+            print(name, probe.stdout.strip())
+            words = probe.stdout.split()
+            assert words[:1] == ["PROBE"] and words[1] != "connected", probe.stdout + probe.stderr
+            # silence, never ConnectionRefusedError (an RST from a kernel that still runs)
+            assert words[1] in ("timeout", "TimeoutError", "OSError"), probe.stdout
     finally:
         revived = sh([*CLUSTER, "revive-node", victim])
     assert revived.returncode == 0, revived.stdout + revived.stderr

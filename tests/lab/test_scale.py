@@ -3,8 +3,8 @@ JUWELS Booster nodes (issue 36) and torch jobs through the composer at the large
 fit this machine's 23 GB.
 
 The lab is grown to 64 nodes once for the module and brought back to the size it found at the
-end. On it: every node's names (hostname -> the unreachable management address, `i` -> the
-fabric) from a 64-node step; examples/distributed_sum.py in srun mode on 64 nodes x 1 process
+end. On it: every node's names (hostname -> the management address, `i` -> the
+fabric, each reaching the next node over its own network) from a 64-node step; examples/distributed_sum.py in srun mode on 64 nodes x 1 process
 (one torch process per node, about 145 MB each bare); the demo program in torchrun mode
 (torchrun_jsc's agent and its worker: two torch processes per node) on 32 nodes: 64 nodes in
 torchrun mode need about 18 GB bare (23 GB in Apptainer), more than this machine has beside
@@ -65,7 +65,9 @@ def test_lab_of_64_nodes_has_the_jsc_network_on_every_node(lab64):
         assert x["me_addrs"] == ["127.0.1.1", f"10.67.0.{k}"], x
         assert x["me_i_addrs"] == [f"10.66.0.{k}"], x
         assert x[x["peer"] + "i"] == "reachable", x
-        assert x[x["peer"]] != "reachable", x  # the hostname: the management network
+        assert x["src"][x["peer"] + "i"] == f"10.66.0.{k}", x  # the fabric
+        assert x[x["peer"]] == "reachable", x  # the hostname: the management network
+        assert x["src"][x["peer"]] == f"10.67.0.{k}", x
 
 
 def submit(folder: Path, name: str, nodes: int, mode: str, program) -> str:
