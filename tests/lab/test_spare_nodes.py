@@ -8,6 +8,9 @@ checkpoint every 5 steps):
   step 10: the job log names the lost node and the spare that took its place, the job
   completes with no requeue (Restarts 0, the summary's attempt 1), resumed from its last
   checkpoint, every step after it done once;
+- (Apptainer) the second training node's fabric goes down while the node lives (cluster.sh
+  fault fabric-down): the spare takes its place, the node's step is ended through Slurm over
+  the management network, none of its processes is left, the job completes with no requeue;
 - (Apptainer) with job.requeue, the spare is killed too after it took over: no spare left, so
   the job ends its steps with the requeue marker and requeues, and the second attempt
   completes.
@@ -138,6 +141,27 @@ def kill(node: str, killed: List[str]) -> None:
     killed.append(node)
 
 
+def fault(node: str, kind: str) -> None:
+    p = sh(*CLUSTER, "fault", node, kind)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def job_processes(node: str) -> List[str]:
+    """The command lines of the job's processes in ``node``'s namespace (the heartbeat, the
+    agent, the ranks; not slurmd): [] when none is left."""
+    p = sh("ip", "netns", "pids", node)
+    found = []
+    for pid in p.stdout.split():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+        line = " ".join(a.decode(errors="replace") for a in argv if a)
+        if "ddp_train.py" in line or "spares beat" in line or "torchrun_jsc" in line:
+            found.append(f"{pid}: {line}")
+    return found
+
+
 def revive(killed: List[str]) -> None:
     for node in killed:
         p = sh(*CLUSTER, "revive-node", node, timeout=180)
@@ -197,6 +221,50 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     assert again, shown
     print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}; "
           f"training again {again.group(1)} s after the loss")
+
+
+def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, shared_tmp):
+    """Issue 41's contract row "fabric down on a live node": the node and its management
+    network live (cluster.sh fault fabric-down), its heartbeat stops reaching the batch host.
+    The spare takes its place; the node's step is ended through Slurm (the controller reaches
+    it over the management network), so none of its processes keeps running; it never ends or
+    requeues the job afterwards (its probe over the management network hears the batch host
+    live, then "replaced"): the job completes with no requeue."""
+    base, name, total = workdir(shared_tmp), "spare-fabric", 60
+    job_id = submit(base, name, total, requeue=True)
+    faulted: List[str] = []
+    try:
+        wait_for(job_id, base, name, r"^step 10 ")
+        m = re.search(r"^job \d+: training on (\S+) (\S+); waiting as spares: (\S+)$",
+                      output(base, name), re.M)
+        assert m, story(output(base, name))
+        victim, spare = m.group(2), m.group(3)
+        assert job_processes(victim), "no process of the job on the victim before the fault"
+        fault(victim, "fabric-down")
+        faulted.append(victim)
+        end = wait_for(job_id, base, name, rf"spare {spare} takes the place of {victim} ")
+        # ended through Slurm, or (first) by its own heartbeat, answered "replaced" over the
+        # management network: either way every process of the step goes (asserted below)
+        wait_for(job_id, base, name, rf"(^job {job_id}: the step of {victim} was ended "
+                 rf"through Slurm|spares beat: {victim} was replaced by a spare)", end)
+        deadline, left = time.monotonic() + 30, job_processes(victim)
+        while left and time.monotonic() < deadline:  # SIGKILL through slurmstepd: moments
+            time.sleep(0.2)
+            left = job_processes(victim)
+        assert left == [], f"still running on {victim} after its step was ended: {left}"
+        wait_gone(job_id)
+    finally:
+        for node in faulted:
+            fault(node, "fabric-up")
+    out, i = output(base, name), job_fields(job_id)
+    assert i["JobState"] == "COMPLETED" and i["Restarts"] == "0", story(out)
+    assert re.search(rf"^job {job_id}: node {victim} lost at .*: no heartbeat for \d+ s$", out,
+                     re.M), story(out)
+    assert "has not answered for" not in out, story(out)  # no node ended the job (host_lost)
+    [summary] = summaries(out)
+    assert summary["attempt"] == 1 and summary["steps"] == total, summary
+    assert summary["params_identical"], summary
+    assert sorted(summary["hosts"]) == sorted([m.group(1), spare]), summary
 
 
 def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
