@@ -2,11 +2,13 @@
 fault at a time, with stand-ins for srun, squeue, scancel and sinfo and a UDP relay as the
 fabric (tests/helpers/sparefakes.py): a node whose fabric dies while it lives, a stalled Slurm
 controller, a blip on most nodes at once, forged and replayed heartbeats. Each checks the
-written contract (docs/guide/spare-nodes.md, the failure table): proven here with fakes, the
-lab's proof (ring 3) pending.
+written contract (docs/guide/spare-nodes.md, the failure table): proven here with fakes; the
+fabric row in the lab too (tests/lab/test_spare_nodes.py, cluster.sh fault fabric-down).
 
-Heartbeat timeout 3 s (a Slurm command's timeout 3 s, the nodes' batch host timeout 15 s:
-spares.limits): margin for a loaded machine, where a healthy heartbeat may come late. The tasks wait for files the test writes when the event it waits for came.
+Heartbeat timeout 5 s (a Slurm command's timeout 5 s, the nodes' batch host timeout 25 s:
+spares.limits): margin for a loaded machine, where a healthy heartbeat may come late (3 s was
+too little beside `make test`'s lab lanes: a healthy batch host went quiet in the blip test).
+The tasks wait for files the test writes when the event it waits for came.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tests.helpers.sparefakes import Relay, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-I", str(REPO / "launcher/node/run.py")]
-TIMEOUT_S = 3
+TIMEOUT_S = 5
 HOST_TIMEOUT_S = spares.limits(TIMEOUT_S, 4)[1]
 
 # The agent's stand-in: says where it runs, leaves its pid, marks FAKE_DIR/joined on $SPARE,
@@ -188,9 +190,12 @@ def test_a_blip_on_most_nodes_replaces_nothing(start):
     rc = job.finish()
     out, called = job.out(), sparefakes.called(job.fake)
     assert rc == 0, job.report()
-    assert re.search(r"^job 42: 3 of 4 training nodes silent at once \(n2, n3, n4; Slurm says "
+    # why they are waited for: most nodes at once, or (on a loaded machine, where the healthy
+    # batch host's own beat came late in the same look) the batch host's network; both hold
+    assert re.search(r"^job 42: (3 of 4 training nodes silent at once \(n2, n3, n4; Slurm says "
                      r"they respond\): a fabric blip or the batch host's network, not the "
-                     r"nodes: n\d(, n\d)* not replaced, waiting$", out, re.M), out
+                     r"nodes|the batch host's own heartbeat \(n1\) is silent too: its network, "
+                     r"not the nodes'): n\d(, n\d)* not replaced, waiting$", out, re.M), out
     assert "job 42: every training node beats again: nothing was replaced" in out, out
     assert "lost at" not in out and "TASK n5" not in out, out
     assert "squeue" not in called and "scancel" not in called, called
