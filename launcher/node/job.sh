@@ -169,9 +169,10 @@ jsc_enroot_name() {  # NAME IMAGE
 # read of the shared filesystem instead of one per node and step. Every node then checks its
 # copy (launcher/node/stage.sh: this user's, its full size: a truncated copy never runs) and
 # removes copies that ended jobs of this user left there; the copy is removed at the job's end
-# (an EXIT trap: jsc_unstage). stage_image: the copy's path, the same on every node. With
-# NODES (a comma-separated list) only those get it, and the set-up that creates the container
-# from it removes it (enroot, pyxis: jsc_stage_create).
+# (the EXIT trap, jsc_on_exit: jsc_unstage, on the live nodes only after a loss: jsc_live).
+# stage_image: the copy's path, the same on every node. With NODES (a comma-separated list)
+# only those get it, and the set-up that creates the container from it removes it (enroot,
+# pyxis: jsc_stage_create).
 jsc_stage() {  # IMAGE DIR [NODES]
     local size t0 jobs count=$nnodes where=() what="the steps run"
     if [ ! -f "$1" ]; then
@@ -193,7 +194,8 @@ jsc_stage() {  # IMAGE DIR [NODES]
         where=("--nodelist=$3")
         what="the set-up creates the container from"
     else
-        trap jsc_unstage EXIT
+        jsc_unstage_due=1
+        trap jsc_on_exit EXIT
     fi
     srun --kill-on-bad-exit=1 "${where[@]}" "--nodes=$count" "--ntasks=$count" \
         --ntasks-per-node=1 --cpus-per-task=1 bash "$kit/node/stage.sh" make "$stage_dir" ||
@@ -232,15 +234,48 @@ jsc_stage_create() {  # KIND DIR
     jsc_stage "$enroot_image" "$2" "$need"
 }
 
-jsc_unstage() {  # the EXIT trap: remove the copy on every node (once)
-    trap - EXIT
-    if srun --overlap --kill-on-bad-exit=0 "--nodes=$nnodes" "--ntasks=$nnodes" \
+jsc_unstage() {  # from the EXIT trap: remove the copy on every live node (once)
+    jsc_unstage_due=""
+    jsc_live
+    if [ -n "$live_lost" ]; then
+        echo "job ${SLURM_JOB_ID}: unstaging on $live_nnodes of $nnodes nodes ($live_lost lost)"
+    fi
+    if srun --overlap --kill-on-bad-exit=0 ${live_where[@]+"${live_where[@]}"} \
+        "--nodes=$live_nnodes" "--ntasks=$live_nnodes" \
         --ntasks-per-node=1 --cpus-per-task=1 rm -rf -- "$stage_dir"; then
-        echo "job ${SLURM_JOB_ID}: staged image $stage_image removed on $nnodes nodes"
+        echo "job ${SLURM_JOB_ID}: staged image $stage_image removed on $live_nnodes nodes"
     else
         echo "runtime.stage: $stage_image was not removed on every node (above): the next" \
             "job of yours that stages to that node removes it" >&2
     fi
+}
+
+# The batch script's EXIT trap (set by jsc_stage, jsc_spare_nodes): the staged copy removed
+# on the live nodes, then the file that says which nodes live. Runs after a failed launch too.
+jsc_on_exit() {
+    trap - EXIT
+    if [ -n "${jsc_unstage_due:-}" ]; then jsc_unstage; fi
+    if [ -n "${jsc_retired_file:-}" ]; then rm -f -- "$jsc_retired_file"; fi
+}
+
+# live_nnodes, live_where (--exclude=NODES, or nothing) and live_lost (the nodes left out,
+# space-separated): for a step over the allocation after the spares' supervisor retired nodes
+# (lost, or hung and replaced; launcher/node/retired.py says why and why this file). The job
+# runs with --no-kill, so a lost node stays in the allocation, where srun over all $nnodes
+# fails ("Required node not available (down)") or waits until Slurm declares it down. Only
+# whole lines naming a node of the allocation count (the last one may still be written), each
+# once. None retired (or no spares): $nnodes and nothing to exclude, the step as without.
+jsc_live() {
+    local node
+    live_nnodes=$nnodes live_where=() live_lost=""
+    if [ -z "${jsc_retired_file:-}" ] || [ ! -s "$jsc_retired_file" ]; then return 0; fi
+    while IFS= read -r node; do
+        case " $live_lost " in *" $node "*) continue ;; esac
+        case $'\n'"$hostnames"$'\n' in *$'\n'"$node"$'\n'*) ;; *) continue ;; esac
+        live_lost+="${live_lost:+ }$node"
+        live_nnodes=$((live_nnodes - 1))
+    done <"$jsc_retired_file"
+    if [ -n "$live_lost" ]; then live_where=("--exclude=${live_lost// /,}"); fi
 }
 
 # The doctor's step (features/preflight.py): STEP... runs its checks on every node, one srun
@@ -319,15 +354,22 @@ jsc_hangs_setup() {  # RANK_VAR...
 # collector: the collector's argv, one for the trap and the watcher (`jsc-compose stacks` runs
 # its twin, launcher/features/hangs.py stacks_srun): one task per node beside the running steps
 # (--overlap), outside any container: each signals its node's ranks, waits up to 10 s for
-# their dumps and prints them as JSON lines.
+# their dumps and prints them as JSON lines. On the live nodes (jsc_live) as they are now:
+# the traps build it when they fire; the spares' supervisor, which runs the watcher with
+# launch.hang_action replace, leaves the nodes it retired out of it itself.
 jsc_collector() {
-    collector=(srun --overlap "--jobid=${SLURM_JOB_ID}" "--nodes=${nnodes}" "--ntasks=${nnodes}"
+    jsc_live
+    collector=(srun --overlap "--jobid=${SLURM_JOB_ID}" ${live_where[@]+"${live_where[@]}"}
+        "--nodes=${live_nnodes}" "--ntasks=${live_nnodes}"
         --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0
         python3 -I "$kit/node/run.py" stacks node "${SLURM_JOB_ID}" 10)
 }
 
 jsc_stacks_srun() {
     jsc_collector
+    if [ -n "$live_lost" ]; then
+        echo "job ${SLURM_JOB_ID}: stacks on $live_nnodes of $nnodes nodes ($live_lost lost)" >&2
+    fi
     "${collector[@]}"
 }
 
@@ -543,6 +585,8 @@ jsc_requeue_verdict() {  # SIGNAL MAX
 # it runs the rendezvous store and the supervisor), the others wait: nothing runs there until
 # one takes the place of a lost node. ntrain: torchrun's --nnodes (the world stays this size);
 # nnodes stays the allocation's, so that the per-node set-up reaches the spares too.
+# jsc_retired_file: where the supervisor notes each node it retires, for the later steps over
+# the allocation (jsc_live; launcher/node/retired.py: why a file, and this one), removed at exit.
 jsc_spare_nodes() {  # TRAIN
     local count
     count=$(grep -c . <<<"$hostnames")
@@ -556,6 +600,14 @@ jsc_spare_nodes() {  # TRAIN
     spare_nodes=$(tail -n +"$(($1 + 1))" <<<"$hostnames" | paste -sd, -)
     echo "job ${SLURM_JOB_ID}: training on ${train_nodes//,/ }; waiting as spares:" \
         "${spare_nodes//,/ }"
+    if jsc_retired_file=$(mktemp \
+        "${TMPDIR:-/tmp}/torchrun-jsc-retired-$SLURM_JOB_ID.XXXXXXXX"); then
+        trap jsc_on_exit EXIT
+    else
+        jsc_retired_file=""
+        echo "jsc-compose: no file for the nodes replaced in ${TMPDIR:-/tmp} (above): the" \
+            "steps after a loss (unstaging, stacks) run on every node, the lost one too" >&2
+    fi
 }
 
 # The launch with spares: one srun step per training node (SRUN... without a node list; the
@@ -572,6 +624,7 @@ jsc_spares_launch() {  # TIMEOUT SRUN...
         TORCHRUN_JSC_HOST_LOST=requeue
     fi
     export TORCHRUN_JSC_HOST_LOST
-    python3 -I "$kit/node/run.py" spares run "$SLURM_JOB_ID" "$1" "$rdzv_host" "$train_nodes" \
-        "$spare_nodes" ${jsc_watch_args[@]+"${jsc_watch_args[@]}"} -- "${@:2}"
+    TORCHRUN_JSC_RETIRED=${jsc_retired_file:-} python3 -I "$kit/node/run.py" spares run \
+        "$SLURM_JOB_ID" "$1" "$rdzv_host" "$train_nodes" "$spare_nodes" \
+        ${jsc_watch_args[@]+"${jsc_watch_args[@]}"} -- "${@:2}"
 }

@@ -34,6 +34,11 @@ starts steps) to replace the nodes of the ranks behind (:func:`hang_refusal` say
 Their steps are ended as a lost node's, a spare's started in the slot, and the deadline starts
 again from then.
 
+Each node retired (lost, or hung and replaced) is appended to the batch script's file named in
+TORCHRUN_JSC_RETIRED (launcher/node/retired.py): the script's later steps over the allocation
+(the staged image's removal, the stacks of its traps) and the watcher's collector here run on
+the live nodes only, as srun over a dead node of a ``--no-kill`` job fails or waits.
+
 When no spare is left: with job.requeue ($REQUEUE_MARKER set) the marker says why, the steps
 end and the jobscript's verdict requeues; without, the job ends with status 1. The batch host
 itself (node 0: the batch script, this supervisor and the rendezvous store) cannot be
@@ -57,7 +62,7 @@ import sys
 import threading
 import time
 
-from launcher.node import heartbeat, slurmstate, stacks
+from launcher.node import heartbeat, retired, slurmstate, stacks
 from launcher.node.heartbeat import log
 from launcher.node.stacks import time_text
 
@@ -159,7 +164,7 @@ def hang_refusal(nodes, train, spares):
 
 class Supervisor(object):
     def __init__(self, job, timeout, train, spares, srun, marker=None, now=time.monotonic,
-                 hang=None):
+                 hang=None, retired_file=None):
         self.job, self.timeout = job, timeout
         self.slots = [Slot(i, n) for i, n in enumerate(train)]
         self.spares = list(spares)
@@ -168,6 +173,9 @@ class Supervisor(object):
         self.now = now  # monotonic: the listener stamps heartbeats on the same clock
         self.call_s, self.host_timeout, self.grace = limits(timeout, len(self.slots))
         self.lost = []  # Popen of steps on lost nodes (ended at the end, never waited for)
+        # the nodes retired, in order, and the batch script's file that hears of each
+        # (launcher/node/retired.py): its later steps over the allocation leave them out
+        self.retired, self.retired_file = [], retired_file
         self.listener = None
         self.key = heartbeat.new_key()
         self.beat_addr = ""
@@ -223,6 +231,7 @@ class Supervisor(object):
         if self.listener is not None and self.listener.family == socket.AF_INET:
             env[heartbeat.FAMILY_ENV] = "4"
         env[NODE_RANK_ENV] = str(slot.rank)
+        env.pop(retired.ENV, None)  # the batch host's file: nothing of the steps'
         # torch >= 2.4 shares the rendezvous store with the workers (MASTER_ADDR/PORT): rank
         # 0 publishes that address once, in its first round, and an agent that joins a later
         # round (the spare) waits for it under the new round's prefix until read_timeout (lab
@@ -295,6 +304,8 @@ class Supervisor(object):
         if self.listener is not None:
             self.listener.replaced.add(slot.node)
         self.lost.append(slot.proc)
+        self.retired.append(slot.node)
+        retired.record(self.retired_file, slot.node)  # a local file: one write, no wait
         self.enders.append(background(self.end_step, slot.node, slot.proc))
 
     def replace(self, slot, silent, why=None):
@@ -392,11 +403,19 @@ class Supervisor(object):
         self.replaced_at = time.time()
         return None
 
+    def collector(self):
+        """The watcher's stacks collector now (its thread): over the allocation's nodes but
+        those retired, whose srun would fail on a dead node or wait for it."""
+        argv, lost = self.hang[4], list(self.retired)
+        if lost:
+            log(retired.note(self.job, "stacks", retired.nodes_of(argv) or 0, lost))
+        return retired.live_argv(argv, lost)
+
     def start_watcher(self):
-        directory, timeout, period, kill_after, collector = self.hang
+        directory, timeout, period, kill_after, _ = self.hang
         self.watcher = threading.Thread(
             target=stacks.watch, name="jsc_hang_watch",
-            args=(self.job, directory, timeout, period, kill_after, collector),
+            args=(self.job, directory, timeout, period, kill_after, self.collector),
             kwargs={"on_hang": self.on_hang, "since": lambda: self.replaced_at})
         self.watcher.daemon = True
         self.watcher.start()
@@ -494,7 +513,8 @@ def main(argv):
     if argv[:1] == ["run"] and len(argv) > 6 and len(rest) > 1 and rest[0] == "--":
         job, timeout, host, train, spares = argv[1], float(argv[2]), argv[3], argv[4], argv[5]
         sup = Supervisor(job, timeout, nodes(train), nodes(spares), rest[1:],
-                         marker=os.environ.get("REQUEUE_MARKER") or None, hang=hang)
+                         marker=os.environ.get("REQUEUE_MARKER") or None, hang=hang,
+                         retired_file=os.environ.get(retired.ENV) or None)
         sup.listen(host)
         return sup.run()
     sys.stderr.write("usage: run.py spares run JOB TIMEOUT HOST TRAIN SPARES [--hang DIR "

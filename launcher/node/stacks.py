@@ -598,7 +598,10 @@ def _until_overdue(job_id, directory, timeout, period, clock, sleep, out, start,
 
 
 def _collect(collector):
-    """The stack records of every node that answered (``collector``: the per-node step)."""
+    """The stack records of every node that answered (``collector``: the per-node step's
+    argv, or a function that returns it now: the spares' supervisor leaves retired nodes out)."""
+    if callable(collector):
+        collector = collector()
     try:
         lines = subprocess.run(collector, stdout=subprocess.PIPE, universal_newlines=True,
                                timeout=COLLECT_S).stdout.splitlines()
@@ -614,7 +617,8 @@ def _collect(collector):
 def watch(job_id, directory, timeout, period, kill_after, collector, clock=time.time,
           sleep=time.sleep, out=None, on_hang=None, since=None):
     """Until no rank made progress for ``timeout`` s (checked every ``period`` s): then the
-    stacks (``collector``: argv printing JSON lines, the per-node step), the verdict into
+    stacks (``collector``: argv printing JSON lines, the per-node step, or a function
+    returning it at each use), the verdict into
     ``directory/no-progress``, and the job's steps ended (SIGKILL ``kill_after`` s after
     SIGTERM). Returns 0; the jobscript kills this process when the launch ends first.
 

@@ -12,7 +12,9 @@ node's fabric while its step and its management side, Slurm, go on).
   management network that does not reach it, as in today's lab).
 - squeue ``-s`` lists the registered steps as ``ID NODE``; scancel ``--signal=KILL ID`` kills
   that step's process group; sinfo ``-n NODES`` says ``NODE STATE`` (FAKE_DIR/state.NODE, else
-  ``allocated``); scontrol does nothing. Every call is recorded in FAKE_DIR/called first.
+  ``allocated``); scontrol does nothing. Every call is recorded in FAKE_DIR/called first, and
+  so is an srun without ``--nodelist=`` first (the batch script's steps over the allocation:
+  unstaging, the stacks collector), which does nothing else.
   A file FAKE_DIR/stall makes squeue, scancel and sinfo hang until FAKE_DIR/release exists (a
   stalled controller), in a process of their own session holding their output open (as a
   command stuck on a filesystem: killing the command's group does not end it).
@@ -28,6 +30,10 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Set, Tuple
 
 SRUN = """#!/bin/bash
+case "$1" in
+    --nodelist=*) ;;
+    *) echo "srun $*" >>"$FAKE_DIR/called"; exit 0 ;;  # a step over the allocation: recorded
+esac
 node=${1#--nodelist=}; shift
 if [[ " ${DEAD:-} " == *" $node "* ]]; then
     echo "srun: error: Node failure on $node" >&2

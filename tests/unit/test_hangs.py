@@ -161,9 +161,13 @@ def test_jobscript_lines():
     assert "PYTHONPATH" not in "\n".join(line for line in job_sh.splitlines()
                                         if not line.lstrip().startswith("#"))
     # The collector the trap runs is the one `jsc-compose stacks` runs (features.hangs).
-    start = "\njsc_collector() {\n    collector=("
+    start = "\njsc_collector() {\n    jsc_live\n    collector=("
     body = job_sh[job_sh.index(start) + len(start):]
     body = body[:body.index(")\n}\n")]  # the array's words, over its lines
+    # with no node retired by the spares' supervisor (jsc_live: nothing excluded, $nnodes;
+    # after a loss: tests/fakes/test_live_nodes.py)
+    body = body.replace('${live_where[@]+"${live_where[@]}"}', "").replace("live_nnodes",
+                                                                           "nnodes")
     assert shlex.split(body) == resolve(
         hangs_feature.stacks_srun(Var("SLURM_JOB_ID"), Var("nnodes"), "$kit"), {})
     # The hook's prelude is the kit's file: the hook directory first, the image's path after.
