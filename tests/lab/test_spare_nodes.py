@@ -141,6 +141,11 @@ def kill(node: str, killed: List[str]) -> None:
     killed.append(node)
 
 
+def partition(state: str) -> None:
+    p = sh("scontrol", "update", "PartitionName=batch", f"State={state}")
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 def fault(node: str, kind: str) -> None:
     p = sh(*CLUSTER, "fault", node, kind)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -267,7 +272,16 @@ def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, sh
     assert sorted(summary["hosts"]) == sorted([m.group(1), spare]), summary
 
 
-def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
+@pytest.fixture
+def batch_of_three(cluster) -> Iterator[None]:
+    """Partition batch with three nodes, no reservation: in lane b this test runs before the
+    reservation exists, while lane a waits (tests/helpers/lanes.py, LAB_WIDE)."""
+    assert lanes.lane() != "b" or not lanes.reserved_nodes(), "run before lane b reserves"
+    with labsize.at_least(3):
+        yield
+
+
+def test_no_spare_left_falls_back_to_requeue(batch_of_three, shared_tmp):
     base, name, total = workdir(shared_tmp), "spare-none", 60
     job_id = submit(base, name, total, requeue=True)
     killed: List[str] = []
@@ -279,22 +293,23 @@ def test_no_spare_left_falls_back_to_requeue(three_nodes, shared_tmp):
         kill(victim, killed)
         end = wait_for(job_id, base, name, rf"takes the place of {victim} ")
         wait_for(job_id, base, name, r"^step \d+ ", end)  # training goes on on the spare
-        # The second attempt starts at once on the same three nodes (lane b's reservation:
-        # neither a partition taken down nor drained nodes held it back, CI run 5 and after),
-        # before Slurm learns by SlurmdTimeout that a node died. So the first victim is back
-        # before the spare dies: the second attempt trains on it, with the dead spare waiting
-        # unused (a spare runs nothing until it is needed), as a site's next attempt would on
-        # a node that died unnoticed.
-        revive(killed)
-        killed = []
+        # The second attempt needs all three nodes alive. Slurm learns of a dead node only
+        # after SlurmdTimeout, so it may place the requeued job on the two just killed (as on
+        # a site): the partition is down (queued jobs wait, running ones go on) until both
+        # are back. Outside a reservation Slurm holds a requeued job ~121 s (BeginTime); in
+        # lane b's reservation it started again at once, on the dead nodes, and slurmd
+        # refused its steps (CI runs 5 and 6): so this test runs before lane b reserves.
+        partition("DOWN")
         kill(spare, killed)
         wait_for(job_id, base, name, rf"no spare left for {spare}")
-        wait_requeued(job_id)
+        wait_requeued(job_id)  # only then may the killed nodes come back
         revive(killed)
         killed = []
+        partition("UP")
         wait_gone(job_id)
     finally:
         revive(killed)
+        partition("UP")
     out, i = output(base, name), job_fields(job_id)
     assert i["JobState"] == "COMPLETED" and i["Restarts"] == "1", story(out)
     assert re.search(rf"^job {job_id}: checkpointed: node {spare} lost, no spare left: resumed "
