@@ -37,7 +37,7 @@ from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from launcher.submit import timeline
 from tests.helpers import labsize, lanes
-from tests.helpers.labjobs import job_fields, release_requeue_hold, story
+from tests.helpers.labjobs import job_fields, make, release_requeue_hold, story
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
@@ -60,6 +60,18 @@ def three_nodes(cluster, request: pytest.FixtureRequest) -> Iterator[None]:
         return
     with labsize.at_least(3):
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def image_sif() -> None:
+    """image.sif, built by the project's own target (never left to an earlier test file)."""
+    make("image")
+
+
+@pytest.fixture(scope="module")
+def image_sqsh(image_sif) -> None:
+    """image.sqsh for the Enroot and pyxis cases."""
+    make("enroot-image")
 
 
 def workdir(base: Path) -> Path:
@@ -184,7 +196,9 @@ def steps(text: str) -> List[int]:
 
 @pytest.mark.parametrize("runtime", list(RUNTIMES))
 def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, shared_tmp,
-                                                                runtime):
+                                                                runtime, request):
+    if runtime != "apptainer":
+        request.getfixturevalue("image_sqsh")
     base, name, total = workdir(shared_tmp), f"spare-{runtime}", 60
     job_id = submit(base, name, total, requeue=True, runtime=runtime)
     killed: List[str] = []
