@@ -28,7 +28,7 @@ import yaml
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from tests.helpers import lanes
-from tests.helpers.labjobs import job_fields, release_requeue_hold
+from tests.helpers.labjobs import job_fields, make, release_requeue_hold
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
@@ -42,6 +42,12 @@ def lab(request: pytest.FixtureRequest) -> None:
         assert sh("sinfo", "-h"), "JWB_LAB_SHARED=1 but sinfo shows no cluster"
     else:
         request.getfixturevalue("cluster")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def image_sif() -> None:
+    """image.sif, built by the project's own target (never left to an earlier test file)."""
+    make("image")
 
 
 def workdir(base: Path) -> Path:
