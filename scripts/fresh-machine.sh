@@ -41,9 +41,9 @@ stop_lab() {  # the lab's own `down`, then anything of a lab whose state this na
         while pgrep -x "$p" >/dev/null && [ "$n" -lt 100 ]; do n=$((n + 1)); sleep 0.1; done
         pkill -9 -x "$p" 2>/dev/null || true
     done
-    # Host-side veth ends and namespaces of a lab whose namespace files are gone.
+    # Host-side veth ends (fabric p, management m) of a lab whose namespace files are gone.
     local link
-    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^jwb([0-9]+|[jcf][0-9]+)p[0-9]?$' || true); do
+    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^jwb([0-9]+|[jcf][0-9]+)(p[0-9]?|m)$' || true); do
         ip link del "$link" 2>/dev/null || true
     done
 }
