@@ -828,6 +828,11 @@ cmd_revive_node() {  # revive-node NODE
     read -r site k < <(node_site_k "$name")
     setup_node_net "$site" "$k"  # idempotent: the links (both networks) up again
     if ! pid_alive "$state/slurmd-$name.pid" slurmd; then
+        # The steps that died with the node left their PMIx sockets in its spool: a requeued
+        # job (same job id, same step ids) placed on the node again failed to start its step
+        # there ("Cannot bind() UNIX socket .../stepd.slurm.pmix.6.1: Address already in use",
+        # CI run 8). A node comes back with no step running, as after a reboot.
+        rm -rf -- "$state/spool/$name"/stepd.slurm.pmix.* "$state/spool/$name"/pmix.*
         started=$(date +%s)
         run_in_ns "$state/slurmd-$name.pid" "$state/log/slurmd-$name.out" "$name" "$name" \
             "$(site_hostname "$site" "$k")" slurmd -D -N "$name"

@@ -54,9 +54,8 @@ LANE_B = (
     "tests/lab/test_spare_nodes.py",
 )
 # The lab-wide ones: they run before lane b reserves its nodes (they take the lab down, resize
-# it, or take partition batch down). A job requeued inside lane b's reservation started again
-# at once on the same nodes, past a partition taken down or nodes drained, and slurmd refused
-# its steps (CI runs 5 and 6): the requeue test needs the lab to itself.
+# it, or take partition batch down: the spare-node requeue test keeps the second attempt off its
+# killed nodes until they are back).
 LAB_WIDE = LANE_B[:3]
 # Ring-3 files that need root or torch but no Slurm lab: lane c, with rings 1 and 2.
 LANE_C = (
