@@ -31,9 +31,10 @@ def test_lab_wide_tests_come_first_and_lanes_are_disjoint():
     assert lanes.LANE_B[:len(lanes.LAB_WIDE)] == lanes.LAB_WIDE
     assert not {split(e)[0] for e in lanes.LANE_C} & {split(e)[0] for e in lanes.LANE_B}
     # the order lane b runs in: a named test of a file before the rest of that file
-    assert lanes.order("tests/lab/test_spare_nodes.py::test_no_spare_left_falls_back_to_requeue") \
-        < lanes.order("tests/lab/test_spare_nodes.py::test_a_node_whose_fabric_dies_is_"
-                      "replaced_and_its_step_ended")
+    spare = "tests/lab/test_spare_nodes.py::"
+    fabric = "test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended"
+    assert lanes.order(spare + "test_no_spare_left_falls_back_to_requeue") \
+        < lanes.order(spare + fabric)
 
 
 def test_lane_c_files_ask_for_no_slurm_lab():
