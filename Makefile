@@ -5,7 +5,7 @@ VENV ?= $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 export VENV
 
-.PHONY: setup test test-times test-scale test-fast test-index spec-reference architecture torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
+.PHONY: setup test test-times test-faults test-scale test-fast test-index spec-reference architecture torch-compat jobs image horovod-image launchers-image enroot-image horovod-enroot-image launchers-enroot-image cluster-up cluster-down demo bench
 
 setup:
 	bash scripts/setup.sh
@@ -48,6 +48,14 @@ test-arm64: setup
 # The lab goes back to the size it had.
 test-scale: setup
 	$(PY) -m pytest -ra --durations=30 -p no:cacheprovider -m scale tests/lab
+
+# The fault matrix (issue 41): the lab tests of failures (marker faults; about 20 minutes), then
+# their table (tests/helpers/faultrows.py); GUIDE=1 puts it into docs/guide/spare-nodes.md with
+# the date and commit. `make test` runs the same tests in lane b and prints their table too.
+test-faults: setup
+	rm -rf build/test-results/faults
+	TORCHRUN_JSC_TESTS_STRICT=1 $(PY) -m pytest -ra -p no:cacheprovider -m "faults and not scale" tests/lab; \
+	rc=$$?; python3 tests/helpers/faultrows.py build/test-results/faults $(if $(GUIDE),--guide docs/guide/spare-nodes.md --commit "$$(git rev-parse --short HEAD)") && exit $$rc
 
 # docs/development/tests.md from the test files' docstrings (a ring 1 test fails while stale).
 test-index:

@@ -12,7 +12,8 @@
 # then rings 1 and 2 and the lab-free ring-3 files), runs in the background too, its output in
 # build/test-results/lane-c.log. The 2 cores compute for one lane while another waits.
 # Strict (tests/helpers/need.py): a missing prerequisite fails, never skips. Image builds go
-# through tests/helpers/bin/make, one at a time. At the end: lane c's and lane b's output, then
+# through tests/helpers/bin/make, one at a time. At the end: lane c's and lane b's output, the
+# fault matrix's rows that passed (tests/helpers/faultrows.py), then
 # what the whole run cost (total, per ring, the ten slowest). The exit status is the first
 # failed lane's (a, b, c), else 0.
 set -uo pipefail
@@ -22,6 +23,7 @@ shift
 out=build/test-results
 mkdir -p "$out"
 rm -f "$out"/junit-[abc].xml "$out"/lane-[bc].log "$out"/lane-b.ready
+rm -rf "$out/faults"  # the fault matrix's rows (tests/helpers/faultrows.py)
 export TORCHRUN_JSC_TESTS_STRICT=1 TORCHRUN_JSC_LAB_READY=$PWD/$out/lane-b.ready
 export PATH=$PWD/tests/helpers/bin:$PATH
 marks="not emulated and not scale"
@@ -51,6 +53,8 @@ wait "$lane_b"
 rc_b=$?
 echo "==== lane b: the ring-3 tests that wait, on nodes of their own ($out/lane-b.log) ===="
 cat "$out/lane-b.log"
+echo "==== the fault matrix: the rows that passed (make test-faults runs them alone) ===="
+python3 tests/helpers/faultrows.py "$out/faults"
 echo "==== what the tests cost (all lanes) ===="
 python3 tests/helpers/durations.py "$out/junit-a.xml" "$out/junit-b.xml" "$out/junit-c.xml"
 echo "test-lanes: lane a exit $rc_a, lane b exit $rc_b, lane c exit $rc_c"

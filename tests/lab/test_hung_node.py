@@ -21,8 +21,10 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from launcher.submit import timeline
-from tests.helpers import lanes
+from tests.helpers import faultrows, lanes
 from tests.helpers.labjobs import job_fields, story
 from tests.lab.test_spare_nodes import submit as spare_job
 from tests.lab.test_spare_nodes import (output, sh, steps, summaries,  # noqa: F401
@@ -30,6 +32,7 @@ from tests.lab.test_spare_nodes import (output, sh, steps, summaries,  # noqa: F
 
 DEADLINE_S = 121  # launch.hang_timeout: the least the kit accepts for 2 nodes
 HANG_STEP, TOTAL = 12, 30
+pytestmark = pytest.mark.faults  # its rows: tests/helpers/faultrows.py
 
 
 def submit(base: Path, name: str, hang_node: str) -> str:
@@ -40,7 +43,8 @@ def submit(base: Path, name: str, hang_node: str) -> str:
                            "--hang-step", str(HANG_STEP)])
 
 
-def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shared_tmp):
+def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shared_tmp,
+                                                               request):
     nodes = lanes.all_nodes()  # partition batch's, or lane b's (tests/helpers/lanes.py)
     assert len(nodes) == 3, nodes  # the job takes them all: the first two train
     victim, base, name = nodes[1], workdir(shared_tmp), "hung"
@@ -81,5 +85,11 @@ def test_a_hung_node_is_replaced_by_the_spare_after_its_stacks(three_nodes, shar
     shown = timeline.report(timeline.read(job_id, str(base)))
     assert re.search(rf"^recovery 1: {victim} lost at [\d.]+ s, spare {spare} started at ",
                      shown, re.M), shown
+    again = re.search(r"^recovery 1: training again ([\d.]+) s after the loss ", shown, re.M)
+    assert again, shown
+    faultrows.record(request.node.nodeid, "a node hangs, alive (launch.hang_action replace)",
+                     f"its stacks written after the deadline ({hung.group(1)} s), a spare takes "
+                     "its place, no requeue", 0, float(again.group(1)),
+                     HANG_STEP - 1, summary["resumed_from_step"])
     print(f"hung at step {HANG_STEP}, replaced after {hung.group(1)} s, job done in "
           f"{time.monotonic() - t0:.0f} s")

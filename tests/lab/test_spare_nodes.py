@@ -36,12 +36,13 @@ import yaml
 from launcher.render.jobscript import render_jobscript
 from launcher.spec import parse_spec
 from launcher.submit import timeline
-from tests.helpers import labsize, lanes
+from tests.helpers import faultrows, labsize, lanes
 from tests.helpers.labjobs import job_fields, make, release_requeue_hold, story
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = ["bash", str(REPO / "scripts/cluster.sh")]
 TIMEOUT_S = 300
+pytestmark = pytest.mark.faults  # its rows: tests/helpers/faultrows.py
 
 
 def sh(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -240,9 +241,13 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     assert again, shown
     print(f"lost after step {max(before)}, resumed from {resumed}: {lost.group(0)}; "
           f"training again {again.group(1)} s after the loss")
+    faultrows.record(request.node.nodeid, f"a training node killed ({runtime})",
+                     "a spare takes its place, no requeue", 0, float(again.group(1)),
+                     max(before), resumed)
 
 
-def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, shared_tmp):
+def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, shared_tmp,
+                                                                 request):
     """Issue 41's contract row "fabric down on a live node": the node and its management
     network live (cluster.sh fault fabric-down), its heartbeat stops reaching the batch host.
     The spare takes its place; the node's step is ended through Slurm (the controller reaches
@@ -284,6 +289,14 @@ def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, sh
     assert summary["attempt"] == 1 and summary["steps"] == total, summary
     assert summary["params_identical"], summary
     assert sorted(summary["hosts"]) == sorted([m.group(1), spare]), summary
+    lost = re.search(rf"^job {job_id}: node {victim} lost at ", out, re.M)
+    shown = timeline.report(timeline.read(job_id, str(base)))
+    again = re.search(r"^recovery 1: training again ([\d.]+) s after the loss ", shown, re.M)
+    assert again, shown
+    faultrows.record(request.node.nodeid, "the fabric down on a live node",
+                     "a spare takes its place, the node's step ended through Slurm, no requeue",
+                     0, float(again.group(1)), max(steps(out[:lost.start()])),
+                     summary["resumed_from_step"])
 
 
 @pytest.fixture
@@ -295,7 +308,7 @@ def batch_of_three(cluster) -> Iterator[None]:
         yield
 
 
-def test_no_spare_left_falls_back_to_requeue(batch_of_three, shared_tmp):
+def test_no_spare_left_falls_back_to_requeue(batch_of_three, shared_tmp, request):
     base, name, total = workdir(shared_tmp), "spare-none", 60
     job_id = submit(base, name, total, requeue=True)
     killed: List[str] = []
@@ -332,3 +345,7 @@ def test_no_spare_left_falls_back_to_requeue(batch_of_three, shared_tmp):
     [final] = summaries(out)
     assert final["attempt"] == 2 and final["steps"] == total and final["params_identical"], final
     assert 10 <= final["resumed_from_step"] < total, final
+    second = re.search(rf"^job {job_id}: checkpointed: node {spare} lost", out, re.M)
+    faultrows.record(request.node.nodeid, "more nodes lost than spares (job.requeue)",
+                     "requeued, resumed from the last periodic checkpoint", 1, None,
+                     max(steps(out[:second.start()])), final["resumed_from_step"])
