@@ -26,7 +26,8 @@
 # (and, for images, `apptainer test`) succeeded: a failed or interrupted build leaves the
 # previous image untouched and no half-written file. Failures end with one line saying
 # what to do. Durations go to build/image-times.json (read by `make bench`).
-# Environment: ARCH (above), FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor, zstd),
+# Environment: ARCH (above), FAKEROOT=1 (unprivileged build), COMPRESS (squashfs compressor: zstd,
+# gzip, lz4, xz, lzo),
 # TORCH_WHEEL (local base), DOCKER_FROM (docker base), NGC_FROM (ngc base), MIRROR (Debian mirror), PY (a host
 # python with pip, for `pip download`; default: the project venv, else python3, else a small
 # venv made here in build/tools-venv), PYPI_INDEX (the index the CUDA base's wheels come from;
@@ -71,6 +72,10 @@ case $ARCH in
     arm64|aarch64) ARCH=arm64; MACHINE=aarch64 ;;
     *) die "ARCH=$ARCH: expected amd64 or arm64 (x86_64 and aarch64 are accepted too)" ;;
 esac
+case $COMPRESS in
+    zstd|gzip|lz4|xz|lzo) ;;
+    *) die "COMPRESS=$COMPRESS: expected a squashfs compressor: zstd (the default), gzip, lz4, xz or lzo" ;;
+esac
 # amd64 keeps the names every other target and test uses.
 if [ "$ARCH" = amd64 ]; then ASFX=""; else ASFX="-$ARCH"; fi
 
@@ -114,15 +119,19 @@ need_real_root() {
     die "BASE=$name needs real root (uid $(id -u) here): its Debian root filesystem comes from debootstrap, which FAKEROOT=1 cannot run; without root: FAKEROOT=1 make image ARCH=$ARCH BASE=ngc (NGC's PyTorch image, unprivileged), or as root: sudo make image ARCH=$ARCH BASE=$name"
 }
 
+# mksquashfs's compressor options for COMPRESS (zstd: level 3, quick to build and to read).
+comp_args() {
+    case $COMPRESS in
+        zstd) echo "-comp zstd -Xcompression-level 3" ;;
+        *) echo "-comp $COMPRESS" ;;
+    esac
+}
+
 # Options every `apptainer build` gets.
 build_options() {
     local opts=(--notest)
     if [ "${FAKEROOT:-0}" = 1 ]; then opts+=(--fakeroot); fi
-    case $COMPRESS in
-        zstd) opts+=(--mksquashfs-args "-comp zstd -Xcompression-level 3") ;;
-        gzip) ;;
-        *) opts+=(--mksquashfs-args "-comp $COMPRESS") ;;
-    esac
+    [ "$COMPRESS" = gzip ] || opts+=(--mksquashfs-args "$(comp_args)")
     printf '%s\0' "${opts[@]}"
 }
 
@@ -792,8 +801,9 @@ drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has
     fi
     find "$dir/root/dev" -mindepth 1 -delete
     rm -f "$sqsh"
-    mksquashfs "$dir/root" "$sqsh" -quiet -noappend -comp zstd -Xcompression-level 3 \
-        >/dev/null || die "mksquashfs of $sqsh failed"
+    # shellcheck disable=SC2046  # comp_args: words
+    mksquashfs "$dir/root" "$sqsh" -quiet -noappend $(comp_args) >/dev/null ||
+        die "mksquashfs of $sqsh failed"
     rm -rf "$dir"
     stage_dir=""
 }

@@ -79,6 +79,14 @@ def test_bad_arch_is_one_line() -> None:
     assert r.stderr == "build-image: ARCH=ppc64le: expected amd64 or arm64 (x86_64 and aarch64 are accepted too)\n"
 
 
+def test_bad_compressor_is_one_line() -> None:
+    r = script("paths", "local", COMPRESS="zip; rm -rf /")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == ("build-image: COMPRESS=zip; rm -rf /: expected a squashfs compressor: "
+                        "zstd (the default), gzip, lz4, xz or lzo\n")
+    assert script("paths", "local", COMPRESS="lz4").returncode == 0
+
+
 def test_local_base_for_another_architecture_is_refused_first() -> None:
     r = script("base", "local", ARCH=OTHER)
     assert r.returncode == 1 and r.stderr.count("\n") == 1
