@@ -13,11 +13,11 @@ from tests.helpers import faultrows
 
 def test_rows_make_a_sorted_table(tmp_path, monkeypatch):
     monkeypatch.setenv(faultrows.DIR_ENV, str(tmp_path))
-    faultrows.record("tests/lab/t.py::test_z[enroot]", "a training node killed (enroot)",
+    faultrows.record("lab/t.py::test_z[enroot]", "a training node killed (enroot)",
                      "a spare takes its place, no requeue", 0, 17.25, 10, 10)
-    faultrows.record("tests/lab/t.py::test_a", "a node hangs", "replaced", 1, None, 11, 10)
+    faultrows.record("lab/t.py::test_a", "a node hangs", "replaced", 1, None, 11, 10)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "tests_lab_t.py_test_a.json", "tests_lab_t.py_test_z_enroot_.json"]
+        "lab_t.py_test_a.json", "lab_t.py_test_z_enroot_.json"]
     lines = faultrows.table(faultrows.read(tmp_path)).splitlines()
     assert lines[0].startswith("| failure | outcome | requeues | training again |")
     assert lines[2] == "| a node hangs | replaced | 1 | - | 11 -> 10 | `test_a` |"
