@@ -31,7 +31,7 @@ export PATH=$PWD/tests/helpers/bin:$PATH
 # less CPU (zstd pages are decompressed again on every container's fresh mount) and a squash
 # half the CPU, for images 40 % larger. On a 2-core run that is minutes (issue 42).
 export COMPRESS=${COMPRESS:-lz4}
-marks="not emulated and not scale"
+marks="not emulated and not scale and not matrix"
 torch_oldest=${TORCH_OLDEST:-1.9.0}
 
 TORCHRUN_JSC_LAB_LANE=b "$py" -m pytest -ra -p no:cacheprovider --junitxml="$out/junit-b.xml" \

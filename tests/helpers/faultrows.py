@@ -34,12 +34,13 @@ def rows_dir() -> Path:
 
 
 def record(nodeid: str, failure: str, outcome: str, requeues: int,
-           again_s: Optional[float], seen: int, resumed: int) -> Path:
+           again_s: Optional[float], seen: Optional[int], resumed: Optional[int]) -> Path:
     """One row for the test ``nodeid``, written whole (a temporary file renamed). again_s:
     from the loss to the first collective of every node again (the job's timeline), None
     where a requeue came between; seen: the last step the program printed before the
     failure; resumed: the checkpoint's step it went on from (the steps between are redone,
-    and up to a checkpoint interval more that ran unprinted)."""
+    and up to a checkpoint interval more that ran unprinted); None for both where the
+    program was never restarted."""
     directory = rows_dir()
     directory.mkdir(parents=True, exist_ok=True)
     row = {"failure": failure, "outcome": outcome, "requeues": requeues,
@@ -64,13 +65,19 @@ def cell(value: object, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def steps(row: Dict[str, object]) -> str:
+    if row["seen"] is None and row["resumed"] is None:
+        return "not restarted"
+    return f"{cell(row['seen'])} -> {cell(row['resumed'])}"
+
+
 def table(rows: List[Dict[str, object]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         test = str(r["test"]).split("::", 1)[-1]
         lines.append("| " + " | ".join([
             str(r["failure"]), str(r["outcome"]), cell(r["requeues"]),
-            cell(r["again_s"], " s"), f"{r['seen']} -> {r['resumed']}", f"`{test}`"]) + " |")
+            cell(r["again_s"], " s"), steps(r), f"`{test}`"]) + " |")
     return "\n".join(lines) + "\n"
 
 

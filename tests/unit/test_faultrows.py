@@ -1,6 +1,7 @@
 """Ring 1: the fault matrix's rows (tests/helpers/faultrows.py): a row per test written whole,
-the table sorted by failure, a missing value shown as "-", no rows -> one line and status 1,
-the guide's block replaced in place (and refused where it has none)."""
+the table sorted by failure, a missing value shown as "-" ("not restarted" for the steps), no
+rows -> one line and status 1, the guide's block replaced in place (and refused where it has
+none)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ def test_rows_make_a_sorted_table(tmp_path, monkeypatch):
     faultrows.record("lab/t.py::test_z[enroot]", "a training node killed (enroot)",
                      "a spare takes its place, no requeue", 0, 17.25, 10, 10)
     faultrows.record("lab/t.py::test_a", "a node hangs", "replaced", 1, None, 11, 10)
+    faultrows.record("lab/t.py::test_b", "a blip", "waited out", 0, None, None, None)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "lab_t.py_test_a.json", "lab_t.py_test_z_enroot_.json"]
+        "lab_t.py_test_a.json", "lab_t.py_test_b.json", "lab_t.py_test_z_enroot_.json"]
     lines = faultrows.table(faultrows.read(tmp_path)).splitlines()
     assert lines[0].startswith("| failure | outcome | requeues | training again |")
-    assert lines[2] == "| a node hangs | replaced | 1 | - | 11 -> 10 | `test_a` |"
-    assert lines[3] == ("| a training node killed (enroot) | a spare takes its place, no requeue "
+    assert lines[2] == "| a blip | waited out | 0 | - | not restarted | `test_b` |"
+    assert lines[3] == "| a node hangs | replaced | 1 | - | 11 -> 10 | `test_a` |"
+    assert lines[4] == ("| a training node killed (enroot) | a spare takes its place, no requeue "
                         "| 0 | 17.2 s | 10 -> 10 | `test_z[enroot]` |")
-    assert len(lines) == 4
+    assert len(lines) == 5
 
 
 def test_no_rows_is_one_line_and_status_1(tmp_path, capsys):
