@@ -791,6 +791,16 @@ cmd_launchers() {
 # user's `enroot create` fails (unsquashfs exit 2, "could not create character device ...
 # because you're not superuser") on the device nodes a debootstrap base keeps in /dev. Images
 # that `enroot import` makes have none (Enroot binds the host's /dev), so they are left out.
+# A squashfs whose superblock claims more bytes than the file has is cut short: refused here,
+# not at the first `enroot create` on a compute node.
+squashfs_whole() {  # squashfs_whole SQSH
+    local claimed
+    claimed=$(unsquashfs -s "$1" 2>/dev/null | awk '$1 == "Filesystem" && $2 == "size" {print $3; exit}')
+    [[ $claimed =~ ^[0-9]+$ ]] || die "$1 is no squashfs (unsquashfs -s $1)"
+    [ "$claimed" -le "$(stat -c %s "$1")" ] ||
+        die "$1 is cut short: its squashfs says $claimed bytes, the file has $(stat -c %s "$1")"
+}
+
 drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has device nodes
     local sqsh=$1 dir
     [ "$(unsquashfs -lls "$sqsh" | grep -c '^[cb]')" -gt 0 ] || return 0
@@ -809,7 +819,7 @@ drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has
 }
 
 cmd_enroot() {
-    local sif=${1:-$repo/image.sif} out=${2:-$repo/image.sqsh} id start
+    local sif=${1:-$repo/image.sif} out=${2:-$repo/image.sqsh} id start info offset size
     check_apptainer
     mkdir -p "$build"
     [ -f "$sif" ] || die "$sif missing: make image first"
@@ -817,7 +827,17 @@ cmd_enroot() {
     id=$(apptainer sif list "$sif" | awk -F'|' '$5 ~ /FS \(Squashfs\/\*System/ {gsub(/ /, "", $1); print $1; exit}')
     [ -n "$id" ] || die "no squashfs root filesystem partition in $sif (apptainer sif list $sif)"
     tmp_out=$(dirname "$out")/.$(basename "$out").tmp.$$
-    apptainer sif dump "$id" "$sif" >"$tmp_out" || die "apptainer sif dump $id $sif failed"
+    # The partition's bytes by its offset and size, not `apptainer sif dump`: apptainer 1.4.5
+    # wrote 192 KiB of an lz4 image's partition to stderr as a "WARNING:" line and the rest to
+    # stdout, a squashfs that `enroot create` found corrupt (CI run 10).
+    info=$(apptainer sif info "$id" "$sif") || die "apptainer sif info $id $sif failed"
+    offset=$(awk '$1 == "Offset:" {print $2}' <<<"$info")
+    size=$(awk '$1 == "Size:" {print $2}' <<<"$info")
+    [[ $offset =~ ^[0-9]+$ && $size =~ ^[0-9]+$ ]] ||
+        die "apptainer sif info $id $sif names no offset and size of the root filesystem"
+    dd if="$sif" of="$tmp_out" bs=4M iflag=skip_bytes,count_bytes skip="$offset" \
+        count="$size" status=none || die "copying the root filesystem out of $sif failed"
+    squashfs_whole "$tmp_out"
     drop_devices "$tmp_out"
     commit_output "$out"
     record enroot_dump_s "$(elapsed "$start")"
