@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.srccopy import copy_sources
+
 ROOT = Path(__file__).resolve().parents[2]
-SKIP = shutil.ignore_patterns(".git", ".venv", "build", "*.sif", "*.sqsh", "__pycache__",
-                              "*.egg-info", "bench-results", ".pytest_cache", "logs", "*.out",
-                              ".hangs", ".timeline", ".requeue")  # jobs of the other lane
 
 
 @pytest.fixture
 def clone(tmp_path) -> Path:
     dst = tmp_path / "repo"
-    shutil.copytree(ROOT, dst, ignore=SKIP)
+    copy_sources(dst)
     return dst
 
 

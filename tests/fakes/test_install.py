@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.srccopy import copy_sources
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIP = shutil.ignore_patterns(".git", ".venv", "build", "*.sif", "*.sqsh", "__pycache__",
-                              "*.egg-info", "bench-results", ".pytest_cache", "logs", "*.out",
-                              ".hangs", ".timeline", ".requeue")  # jobs of the other lane
 
 
 def sh(*argv, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -35,7 +34,7 @@ def installed(tmp_path_factory) -> Path:
     """bin/ of a venv with the project installed as a user would, and no torch."""
     tmp = tmp_path_factory.mktemp("install")
     src = tmp / "src"
-    shutil.copytree(ROOT, src, ignore=SKIP)
+    copy_sources(src)
     venv = tmp / "venv"
     steps = [
         [sys.executable, "-m", "venv", venv],

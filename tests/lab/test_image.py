@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import launcher
+from tests.helpers.srccopy import copy_sources
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "image.sif"
@@ -246,15 +247,9 @@ def ensure_build_user() -> None:
 
 
 def source_copy(top: Path) -> Path:
-    """TOP/repo: the checkout's sources without builds, caches or venvs, for the build user
-    (whose build must not see or write the checkout's own build/). Not the jobs' output
-    either (.hangs, .timeline, .requeue, *.out): the other test lane's jobs write and remove
-    them while this copies (tests/helpers/lanes.py)."""
-    copy = top / "repo"
-    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.sif", "*.sqsh", "bench-results", "logs", "__pycache__",
-        ".pytest_cache", "wheelhouse", ".hangs", ".timeline", ".requeue", "*.out"))
-    return copy
+    """TOP/repo: the checkout's sources as git sees them (tests/helpers/srccopy.py), for the
+    build user (whose build must not see or write the checkout's own build/)."""
+    return copy_sources(top / "repo")
 
 
 def test_fakeroot_build_as_unprivileged_user(image: Path) -> None:
