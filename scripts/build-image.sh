@@ -787,10 +787,6 @@ cmd_launchers() {
     commit_output "$out"
 }
 
-# Enroot accepts the SIF's root filesystem partition (a plain squashfs), but an ordinary
-# user's `enroot create` fails (unsquashfs exit 2, "could not create character device ...
-# because you're not superuser") on the device nodes a debootstrap base keeps in /dev. Images
-# that `enroot import` makes have none (Enroot binds the host's /dev), so they are left out.
 # A squashfs whose superblock claims more bytes than the file has is cut short: refused here,
 # not at the first `enroot create` on a compute node.
 squashfs_whole() {  # squashfs_whole SQSH
@@ -801,6 +797,10 @@ squashfs_whole() {  # squashfs_whole SQSH
         die "$1 is cut short: its squashfs says $claimed bytes, the file has $(stat -c %s "$1")"
 }
 
+# Enroot accepts the SIF's root filesystem partition (a plain squashfs), but an ordinary
+# user's `enroot create` fails (unsquashfs exit 2, "could not create character device ...
+# because you're not superuser") on the device nodes a debootstrap base keeps in /dev. Images
+# that `enroot import` makes have none (Enroot binds the host's /dev), so they are left out.
 drop_devices() {  # drop_devices SQSH: repack without /dev's entries when it has device nodes
     local sqsh=$1 dir
     [ "$(unsquashfs -lls "$sqsh" | grep -c '^[cb]')" -gt 0 ] || return 0
