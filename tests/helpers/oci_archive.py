@@ -34,6 +34,24 @@ def _file_blob(blobs: Path, path: Path) -> Dict[str, object]:
     return {"digest": f"sha256:{digest}", "size": size}
 
 
+def copy_partition(sif: Path, pid: str, out: Path) -> None:
+    """The SIF's partition ``pid`` into ``out`` by its offset and size (`apptainer sif info`).
+    Not `apptainer sif dump`: Apptainer 1.4.5 sent part of an lz4 image's partition to stderr
+    (CI run 11; scripts/build-image.sh cmd_enroot)."""
+    info = subprocess.run(["apptainer", "sif", "info", pid, str(sif)], capture_output=True,
+                          text=True, check=True).stdout
+    fields = dict(ln.strip().split(":", 1) for ln in info.splitlines() if ":" in ln)
+    offset, left = int(fields["Offset"]), int(fields["Size"])
+    with open(sif, "rb") as src, open(out, "wb") as dst:
+        src.seek(offset)
+        while left:
+            chunk = src.read(min(left, 1 << 22))
+            if not chunk:
+                raise SystemExit(f"oci_archive: {sif} ends inside partition {pid}")
+            dst.write(chunk)
+            left -= len(chunk)
+
+
 def sif_to_oci_archive(sif: Path, out: Path, env: Sequence[str], arch: str = "amd64") -> None:
     work = Path(tempfile.mkdtemp(prefix="oci-archive-", dir=str(out.parent)))
     try:
@@ -44,8 +62,7 @@ def sif_to_oci_archive(sif: Path, out: Path, env: Sequence[str], arch: str = "am
         if not ids:
             raise SystemExit(f"oci_archive: no root filesystem partition in {sif}")
         squash = work / "rootfs.sqsh"
-        with open(squash, "wb") as f:
-            subprocess.run(["apptainer", "sif", "dump", ids[0], str(sif)], stdout=f, check=True)
+        copy_partition(sif, ids[0], squash)
         root = work / "root"
         subprocess.run(["unsquashfs", "-q", "-n", "-d", str(root), str(squash)], check=True,
                        stdout=subprocess.DEVNULL)
