@@ -6,7 +6,8 @@ job.heartbeat_timeout 10, job.requeue):
 
 - a fabric blip on every training node, longer than the heartbeat timeout (cluster.sh fault
   NODES flap 14): the silence is seen and waited out, nothing is replaced, no spare is spent,
-  the job completes without requeue, every step once;
+  the job completes without requeue, every step once. **Fails in the lab** (strict xfail, its
+  reason): the batch host's own heartbeat never crosses the fabric;
 - the Slurm controller stopped for longer than the nodes' batch host timeout (cluster.sh fault
   controller-stop): no node is lost for it and none ends the job; the job completes without
   requeue.
@@ -53,6 +54,11 @@ def completed_alone(job_id: str, out: str) -> dict:
     return summary
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "found in the lab (2026-11-29): the batch host's own heartbeat arrives locally while its "
+    "fabric is down, so the other training node looks silent alone and is replaced: a spare "
+    "spent (the job completes without requeue). Open: the supervisor must see its own fabric "
+    "down (issue 41)"))
 def test_a_blip_on_every_training_node_replaces_nothing(three_nodes, shared_tmp, request):
     base, name = workdir(shared_tmp), "blip"
     job_id = submit(base, name, TOTAL, requeue=True)
