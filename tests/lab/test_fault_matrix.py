@@ -20,26 +20,19 @@ from __future__ import annotations
 
 import re
 import time
-from typing import List
 
 import pytest
 
 from tests.helpers import faultrows
 from tests.helpers.labjobs import job_fields, story
-from tests.lab.test_spare_nodes import (CLUSTER, output, sh, steps,  # noqa: F401
-                                        submit, summaries, three_nodes, wait_for, wait_gone,
-                                        workdir)
+from tests.lab.test_spare_nodes import (CLUSTER, output, sh,  # noqa: F401
+                                        submit, summaries, three_nodes, training, wait_for,
+                                        wait_gone, workdir)
 from tests.lab.test_spare_nodes import image_sif  # noqa: F401  (autouse: image.sif)
 
 pytestmark = [pytest.mark.faults, pytest.mark.matrix]
 TOTAL = 60
 TIMEOUT_S = 10  # job.heartbeat_timeout of test_spare_nodes.submit
-
-
-def training(out: str) -> List[str]:
-    m = re.search(r"^job \d+: training on (\S+) (\S+); waiting as spares: (\S+)$", out, re.M)
-    assert m, story(out)
-    return [m.group(1), m.group(2), m.group(3)]
 
 
 def completed_alone(job_id: str, out: str) -> dict:

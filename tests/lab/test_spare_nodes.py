@@ -191,6 +191,21 @@ def summaries(text: str, prefix: str = "DDP_SUMMARY ") -> List[dict]:
             if line.startswith(prefix)]
 
 
+def training(out: str) -> List[str]:
+    """The job's first lines name its nodes: [first training node, second, spare]."""
+    m = re.search(r"^job \d+: training on (\S+) (\S+); waiting as spares: (\S+)$", out, re.M)
+    assert m, story(out)
+    return [m.group(1), m.group(2), m.group(3)]
+
+
+def training_again(shown: str) -> float:
+    """Seconds from the loss to every node training again: recovery 1 of the job's timeline
+    (``timeline.report``)."""
+    again = re.search(r"^recovery 1: training again ([\d.]+) s after the loss ", shown, re.M)
+    assert again, shown
+    return float(again.group(1))
+
+
 def steps(text: str) -> List[int]:
     return [int(n) for n in re.findall(r"^step (\d+) ", text, re.M)]
 
@@ -205,11 +220,7 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     killed: List[str] = []
     try:
         wait_for(job_id, base, name, r"^step 10 ")
-        m = re.search(r"^job \d+: training on (\S+) (\S+); waiting as spares: (\S+)$",
-                      output(base, name), re.M)
-        assert m, output(base, name)
-        train, spare = m.groups()[:2], m.group(3)
-        victim = train[1]
+        first, victim, spare = training(output(base, name))
         kill(victim, killed)
         wait_gone(job_id)
     finally:
@@ -225,7 +236,7 @@ def test_a_killed_node_is_replaced_by_the_spare_without_requeue(three_nodes, sha
     [summary] = summaries(out)
     assert summary["attempt"] == 1 and summary["world_size"] == 4, summary
     assert summary["steps"] == total and summary["params_identical"], summary
-    assert sorted(summary["hosts"]) == sorted([train[0], spare]), summary
+    assert sorted(summary["hosts"]) == sorted([first, spare]), summary
     before, after = steps(out[:lost.start()]), steps(out[lost.end():])
     resumed = summary["resumed_from_step"]
     # resumed from the last checkpoint written before the loss (rank 0 prints, then saves)
@@ -259,10 +270,7 @@ def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, sh
     faulted: List[str] = []
     try:
         wait_for(job_id, base, name, r"^step 10 ")
-        m = re.search(r"^job \d+: training on (\S+) (\S+); waiting as spares: (\S+)$",
-                      output(base, name), re.M)
-        assert m, story(output(base, name))
-        victim, spare = m.group(2), m.group(3)
+        first, victim, spare = training(output(base, name))
         assert job_processes(victim), "no process of the job on the victim before the fault"
         fault(victim, "fabric-down")
         faulted.append(victim)
@@ -288,14 +296,12 @@ def test_a_node_whose_fabric_dies_is_replaced_and_its_step_ended(three_nodes, sh
     [summary] = summaries(out)
     assert summary["attempt"] == 1 and summary["steps"] == total, summary
     assert summary["params_identical"], summary
-    assert sorted(summary["hosts"]) == sorted([m.group(1), spare]), summary
+    assert sorted(summary["hosts"]) == sorted([first, spare]), summary
     lost = re.search(rf"^job {job_id}: node {victim} lost at ", out, re.M)
-    shown = timeline.report(timeline.read(job_id, str(base)))
-    again = re.search(r"^recovery 1: training again ([\d.]+) s after the loss ", shown, re.M)
-    assert again, shown
     faultrows.record(request.node.nodeid, "the fabric down on a live node",
                      "a spare takes its place, the node's step ended through Slurm, no requeue",
-                     0, float(again.group(1)), max(steps(out[:lost.start()])),
+                     0, training_again(timeline.report(timeline.read(job_id, str(base)))),
+                     max(steps(out[:lost.start()])),
                      summary["resumed_from_step"])
 
 
